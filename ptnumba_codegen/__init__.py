@@ -1,0 +1,28 @@
+"""ptnumba_codegen: PyTensor numba kernels with per-instruction fast-math flag policies.
+
+Importing the package registers the ``policy_codegen`` rewrite and the numba dispatch::
+
+    import ptnumba_codegen
+    mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
+    mode = ptnumba_codegen.policy_mode("strict")   # or a preset / TOML path per function
+"""
+
+from ptnumba_codegen._version import GENERATOR_VERSION, __version__
+from ptnumba_codegen.policy import ENV_VAR, Policy, PolicyError, load_policy
+from ptnumba_codegen.rewrite import TAG, PolicyCodegen, policy_mode
+
+from ptnumba_codegen import dispatch as _dispatch  # noqa: E402  (registers numba lowering)
+from ptnumba_codegen.dispatch import fallback_reason
+
+__all__ = [
+    "ENV_VAR",
+    "GENERATOR_VERSION",
+    "TAG",
+    "Policy",
+    "PolicyCodegen",
+    "PolicyError",
+    "__version__",
+    "fallback_reason",
+    "load_policy",
+    "policy_mode",
+]

@@ -1,0 +1,61 @@
+"""Plan and emit the scalar body of a kernel: one rule per instruction, each stamped
+with the flags its class gets under the policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptnumba_codegen.analysis import classify
+from ptnumba_codegen.lowering.rules import Emitter, Unsupported, numba_type, plan_instr
+from ptnumba_codegen.lowering.stamp import stamp
+from ptnumba_codegen.policy import Policy
+from ptnumba_codegen.program import Program
+
+
+@dataclass(frozen=True)
+class PlannedBody:
+    program: Program
+    classes: tuple[str, ...]
+    flags: tuple[tuple[str, ...], ...]
+    emitters: tuple[Emitter, ...]
+
+    def rows(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """(instruction, class, flags) per instruction, for explain and tests."""
+        return list(zip(self.program.describe(), self.classes, self.flags, strict=True))
+
+
+def plan_body(program: Program, policy: Policy, sensitive_outputs=()) -> PlannedBody:
+    """Classify and plan every instruction; raises Unsupported if one cannot be lowered."""
+    for d in (*program.input_dtypes, *program.output_dtypes):
+        numba_type(d)
+    classes = classify(program, sensitive_outputs)
+    flags, emitters = [], []
+    for instr, klass in zip(program.instrs, classes, strict=True):
+        flags.append(policy.flags_for(klass, instr.op_name))
+        emitters.append(
+            plan_instr(
+                instr.op,
+                [program.dtypes[v] for v in instr.inputs],
+                [program.dtypes[v] for v in instr.outputs],
+            )
+        )
+    return PlannedBody(program, classes, tuple(flags), tuple(emitters))
+
+
+def emit_body(context, builder, planned: PlannedBody, args: list, record: list | None = None) -> list:
+    """Emit the scalar body on ``args`` (one ir.Value per program input)."""
+    program = planned.program
+    env = dict(zip(program.inputs, args, strict=True))
+    for vid, value in program.constants:
+        ty = numba_type(program.dtypes[vid])
+        env[vid] = context.get_constant(ty, np.asarray(value).item())
+    for instr, emitter, flags in zip(program.instrs, planned.emitters, planned.flags, strict=True):
+        with stamp(builder, flags, record):
+            outs = emitter(context, builder, [env[v] for v in instr.inputs], flags)
+        env.update(zip(instr.outputs, outs, strict=True))
+    return [env[v] for v in program.outputs]
+
+
+__all__ = ["PlannedBody", "Unsupported", "emit_body", "plan_body"]

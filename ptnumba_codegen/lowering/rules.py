@@ -1,0 +1,378 @@
+"""The lowering table: scalar op class -> rule that emits it.
+
+A rule is planned once in Python (``rule(instr_types) -> Emitter``; typing problems raise
+`Unsupported`, which makes the node fall back) and emitted inside the kernel's codegen
+(``emitter(context, builder, args) -> values``). Semantics follow the stock numba backend
+exactly (same numba typing, same numba emitters), so the ``strict`` policy is bit-for-bit
+the stock backend with ``numba__fastmath=False``; only the flags differ.
+
+Three kinds of rules:
+
+* `ufunc` – the numpy ufunc loop numba itself selects (inline IR; flags set by the stamp);
+* `nary` – a left-associated chain of a Python operator (Add, Mul);
+* `python` – a small Python function (stock's own formula), compiled as a numba
+  subroutine with exactly the node's flags, which LLVM then inlines.
+
+Adding an op is one row in `RULES` (or nothing at all if its ``nfunc_spec`` names a numpy
+ufunc).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from numba.core import compiler, types
+from numba.core.cpu_options import FastMathOptions
+from numba.core.registry import cpu_target
+from numba.np import ufunc_db
+from numba.np.numpy_support import ufunc_find_matching_loop
+from pytensor.scalar import basic as ps
+from pytensor.scalar import math as psm
+
+
+class Unsupported(Exception):
+    """The generator cannot lower this; the node falls back to the stock implementation."""
+
+
+Emitter = Callable[..., list]  # (context, builder, args, flags) -> output values
+
+
+@dataclass(frozen=True)
+class Typed:
+    """The numba types one instruction is lowered with."""
+
+    inputs: tuple[types.Type, ...]
+    outputs: tuple[types.Type, ...]
+
+
+SUPPORTED_KINDS = "biuf"  # bool, signed, unsigned, float (no complex, no float16)
+
+
+def numba_type(dtype: str) -> types.Type:
+    dt = np.dtype(dtype)
+    if dt.kind not in SUPPORTED_KINDS or dt == np.float16:
+        raise Unsupported(f"dtype {dtype} is not supported by the generator")
+    return numba.from_dtype(dt)
+
+
+def _typing():
+    ctx = cpu_target.typing_context
+    ctx.refresh()  # install lazily registered templates (operators, ufuncs)
+    return ctx
+
+
+def _cast(context, builder, val, from_ty, to_ty):
+    return context.cast(builder, val, from_ty, to_ty)
+
+
+# -- rule kinds -------------------------------------------------------------------------
+
+
+def ufunc(np_ufunc) -> Callable[[Typed], Emitter]:
+    """Lower through the ufunc loop numba selects for these input types."""
+    table = ufunc_db.get_ufunc_info(np_ufunc)
+
+    def plan(t: Typed) -> Emitter:
+        try:
+            loop = ufunc_find_matching_loop(np_ufunc, t.inputs)
+        except Exception as err:  # numba raises TypingError subclasses and others
+            raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}: {err}") from None
+        if loop is None or loop.ufunc_sig not in table or len(loop.outputs) != 1:
+            raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}")
+        kernel = table[loop.ufunc_sig]
+        sig = numba.core.typing.signature(loop.outputs[0], *loop.inputs)
+
+        def emit(context, builder, args, flags):
+            cast = [_cast(context, builder, a, f, l) for a, f, l in zip(args, t.inputs, loop.inputs)]
+            res = kernel(context, builder, sig, cast)
+            return [_cast(context, builder, res, loop.outputs[0], t.outputs[0])]
+
+        return emit
+
+    plan.kind = f"ufunc:{np_ufunc.__name__}"
+    return plan
+
+
+def nary(py_operator) -> Callable[[Typed], Emitter]:
+    """``x0 op x1 op x2 ...`` associated left to right, typed like numba types Python."""
+
+    def plan(t: Typed) -> Emitter:
+        steps, acc = [], t.inputs[0]
+        for nxt in t.inputs[1:]:
+            try:
+                sig = _typing().resolve_function_type(py_operator, (acc, nxt), {})
+            except Exception as err:
+                raise Unsupported(f"cannot type {py_operator.__name__}{(acc, nxt)}: {err}") from None
+            if sig is None:
+                raise Unsupported(f"cannot type {py_operator.__name__}{(acc, nxt)}")
+            steps.append((acc, nxt, sig))
+            acc = sig.return_type
+
+        def emit(context, builder, args, flags):
+            val = args[0]
+            for (left, right, sig), arg in zip(steps, args[1:]):
+                impl = context.get_function(py_operator, sig)
+                val = impl(
+                    builder,
+                    [_cast(context, builder, val, left, sig.args[0]), _cast(context, builder, arg, right, sig.args[1])],
+                )
+            return [_cast(context, builder, val, acc, t.outputs[0])]
+
+        return emit
+
+    plan.kind = f"nary:{py_operator.__name__}"
+    return plan
+
+
+_SUBROUTINES: dict = {}
+
+
+def call_python(context, builder, impl, arg_types, args, flags, error_model="numpy"):
+    """Compile ``impl`` as a numba subroutine with exactly ``flags`` and call it.
+
+    numba's fastmath pass gives every float instruction of the subroutine these flags (and
+    none when ``flags`` is empty); the kernel itself is compiled with fastmath=False, and
+    LLVM inlines the subroutine into the loop.
+    """
+    key = (impl, tuple(arg_types), tuple(flags), error_model, id(context.codegen()))
+    cres = _SUBROUTINES.get(key)
+    if cres is None:
+        cflags = compiler.Flags()
+        cflags.fastmath = FastMathOptions(set(flags)) if flags else FastMathOptions(False)
+        cflags.error_model = error_model
+        cflags.nrt = True
+        sig = numba.core.typing.Signature(None, tuple(arg_types), None)
+        cres = context._compile_subroutine_no_cache(builder, impl, sig, flags=cflags)
+        _SUBROUTINES[key] = cres
+    context.active_code_library.add_linking_library(cres.library)
+    return context.call_internal(builder, cres.fndesc, cres.signature, args), cres.signature.return_type
+
+
+def python(impl, force_strict: Callable[[Typed], bool] | None = None, for_input=None) -> Callable[[Typed], Emitter]:
+    """Lower by compiling ``impl`` (a small numba-compilable function) with the node's flags.
+
+    ``for_input`` (optional) builds the function from the first input's numba type instead.
+    """
+
+    def plan(t: Typed) -> Emitter:
+        strict = force_strict is not None and force_strict(t)
+        fn = impl if for_input is None else for_input(str(t.inputs[0]))
+
+        def emit(context, builder, args, flags):
+            res, res_ty = call_python(context, builder, fn, t.inputs, args, () if strict else flags)
+            return [_cast(context, builder, res, res_ty, t.outputs[0])]
+
+        return emit
+
+    plan.kind = f"python:{getattr(impl, '__name__', 'fn')}"
+    return plan
+
+
+def _simple(name: str, fn: Callable) -> Callable[[Typed], Emitter]:
+    """A rule emitting IR directly with ``fn(context, builder, t, args) -> value``."""
+
+    def plan(t: Typed) -> Emitter:
+        def emit(context, builder, args, flags):
+            return [fn(context, builder, t, args)]
+
+        return emit
+
+    plan.kind = name
+    return plan
+
+
+# -- stock formulas (pytensor.link.numba.dispatch.scalar), compiled with the node's flags --
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _softplus(x):
+    if x < -37.0:
+        return np.exp(x)
+    elif x < 18.0:
+        return np.log1p(np.exp(x))
+    elif x < 33.3:
+        return x + np.exp(-x)
+    else:
+        return x
+
+
+# stock upcasts unsigned inputs before negating them (numpy would use float16 for uint8)
+_UINT_UPCAST = {"uint8": np.float32, "uint16": np.float32, "uint32": np.float64, "uint64": np.float64}
+
+
+@functools.cache
+def _sigmoid_uint(dtype: str):
+    up = _UINT_UPCAST[dtype]
+
+    def sigmoid_uint(x):
+        return 1 / (1 + np.exp(-up(x)))
+
+    return sigmoid_uint
+
+
+@functools.cache
+def _softplus_uint(dtype: str):
+    up = _UINT_UPCAST[dtype]
+
+    def softplus_uint(x):
+        if x < -37.0:
+            return np.exp(x)
+        elif x < 18.0:
+            return np.log1p(np.exp(x))
+        elif x < 33.3:
+            y = up(x)
+            return y + np.exp(-y)
+        else:
+            return x
+
+    return softplus_uint
+
+
+def _log1mexp(x):
+    if x < np.log(0.5):
+        return np.log1p(-np.exp(x))
+    else:
+        return np.log(-np.expm1(x))
+
+
+def _clip(x, min_val, max_val):
+    if x < min_val:
+        return min_val
+    elif x > max_val:
+        return max_val
+    else:
+        return x
+
+
+def _pow(x, y):
+    return x**y
+
+
+def _reciprocal(x):
+    return np.divide(np.float32(1.0), x)
+
+
+def _lgamma(x):
+    return math.lgamma(x)
+
+
+def _erf(x):
+    return math.erf(x)
+
+
+def _erfc(x):
+    return math.erfc(x)
+
+
+def _around(x):
+    return np.around(x)
+
+
+def _uint_sign(x):
+    return x != 0
+
+
+def _is_uint(t: Typed) -> bool:
+    return isinstance(t.inputs[0], types.Integer) and not t.inputs[0].signed
+
+
+def _int_exponent(t: Typed) -> bool:
+    # stock compiles integer powers with fastmath=False (numba issue 9554)
+    return isinstance(t.inputs[1], types.Integer | types.Boolean)
+
+
+def _switch(context, builder, t, args):
+    cond = context.is_true(builder, t.inputs[0], args[0])
+    x = _cast(context, builder, args[1], t.inputs[1], t.outputs[0])
+    y = _cast(context, builder, args[2], t.inputs[2], t.outputs[0])
+    return builder.select(cond, x, y)
+
+
+def _cast_rule(context, builder, t, args):
+    return _cast(context, builder, args[0], t.inputs[0], t.outputs[0])
+
+
+def _second(context, builder, t, args):
+    return _cast(context, builder, args[1], t.inputs[1], t.outputs[0])
+
+
+def _pick(plans: dict[str, Callable], choose: Callable[[Typed], str]):
+    def plan(t: Typed) -> Emitter:
+        return plans[choose(t)](t)
+
+    plan.kind = "/".join(p.kind for p in plans.values())
+    return plan
+
+
+# -- the table ----------------------------------------------------------------------------
+
+RULES: dict[type, Callable[[Typed], Emitter]] = {
+    ps.Add: nary(operator.add),
+    ps.Mul: nary(operator.mul),
+    ps.Switch: _simple("select", _switch),
+    ps.Cast: _simple("cast", _cast_rule),
+    ps.Identity: _simple("cast", _cast_rule),
+    ps.Second: _simple("cast", _second),
+    ps.Clip: python(_clip),
+    ps.Pow: python(_pow, force_strict=_int_exponent),
+    ps.Reciprocal: python(_reciprocal),
+    ps.RoundHalfToEven: python(_around),
+    ps.Sign: _pick(
+        {"uint": python(_uint_sign), "other": ufunc(np.sign)},
+        lambda t: "uint" if _is_uint(t) else "other",
+    ),
+    psm.Sigmoid: _pick(
+        {"uint": python(None, for_input=_sigmoid_uint), "other": python(_sigmoid)},
+        lambda t: "uint" if _is_uint(t) else "other",
+    ),
+    psm.Softplus: _pick(
+        {"uint": python(None, for_input=_softplus_uint), "other": python(_softplus)},
+        lambda t: "uint" if _is_uint(t) else "other",
+    ),
+    psm.Log1mexp: python(_log1mexp),
+    psm.GammaLn: python(_lgamma),
+    psm.Erf: python(_erf),
+    psm.Erfc: python(_erfc),
+}
+
+# Ops the generator leaves to the stock implementation (whole node falls back).
+NOT_LOWERED: dict[type, str] = {
+    ps.Composite: "nested Composite is inlined by the Program, never lowered directly",
+}
+
+
+def find_rule(op) -> Callable[[Typed], Emitter]:
+    """The rule for ``op``: a RULES row (by class MRO) or its numpy ``nfunc_spec`` ufunc."""
+    for cls in type(op).__mro__:
+        if cls in RULES:
+            return RULES[cls]
+    spec = getattr(op, "nfunc_spec", None)
+    if spec and "." not in spec[0]:
+        np_func = getattr(np, spec[0], None)
+        if isinstance(np_func, np.ufunc) and np_func in ufunc_db.get_ufuncs():
+            return ufunc(np_func)
+    raise Unsupported(f"no lowering rule for scalar op {type(op).__name__}")
+
+
+def plan_instr(op, in_dtypes, out_dtypes) -> Emitter:
+    """Plan one instruction; raises Unsupported with a readable reason."""
+    if len(out_dtypes) != 1:
+        raise Unsupported(f"{type(op).__name__} has {len(out_dtypes)} outputs")
+    t = Typed(tuple(map(numba_type, in_dtypes)), tuple(map(numba_type, out_dtypes)))
+    return find_rule(op)(t)
+
+
+def rule_kind(op) -> str:
+    try:
+        return find_rule(op).kind
+    except Unsupported:
+        return "unsupported"

@@ -1,0 +1,55 @@
+"""Set fast-math flags on the instructions one scalar rule emitted.
+
+The single-purpose IR pass of the project (compare numba's ``core/fastmathpass.py``):
+around each rule, remember which instructions the function already had, then give every
+floating-point instruction the rule added exactly the flags of its class. The kernels
+are compiled with ``fastmath=False``, so nothing else adds flags afterwards.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+# The instructions numba's own fastmath pass flags, plus fneg.
+FLAGGED_OPNAMES = frozenset({"fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fcmp"})
+
+
+def _is_float_type(ty) -> bool:
+    if isinstance(ty, ir.VectorType):
+        ty = ty.element
+    return isinstance(ty, ir.types._BaseFloatType)
+
+
+def _instructions(function: ir.Function):
+    for block in function.blocks:
+        yield from block.instructions
+
+
+def set_flags(instr: ir.Instruction, flags: tuple[str, ...]) -> bool:
+    """Give ``instr`` exactly ``flags`` if it is a float instruction; True if it was one."""
+    if isinstance(instr, ir.CallInstr):
+        if not _is_float_type(instr.type):
+            return False
+        instr.fastmath = ir.instructions.FastMathFlags(flags)
+        return True
+    if instr.opname in FLAGGED_OPNAMES:
+        instr.flags[:] = list(flags)
+        return True
+    return False
+
+
+@contextmanager
+def stamp(builder: ir.IRBuilder, flags: tuple[str, ...], record: list | None = None):
+    """Flag every float instruction emitted inside the ``with`` block.
+
+    ``record`` (optional) receives ``(opname, flags)`` of each flagged instruction, which
+    ``explain`` and the tests use to see what the generator emitted.
+    """
+    function = builder.function
+    before = {id(i) for i in _instructions(function)}
+    yield
+    for instr in _instructions(function):
+        if id(instr) not in before and set_flags(instr, flags) and record is not None:
+            record.append((instr.opname, tuple(flags)))
