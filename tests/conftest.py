@@ -1,0 +1,83 @@
+"""Shared helpers: reference backends and a process-wide cache of compiled functions.
+
+numba compiles are the slow part of this suite, so every compiled function is built
+once per process (keyed by a name the test chooses) and reused.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytensor
+import pytest
+from pytensor.compile.mode import Mode
+
+import ptnumba_codegen
+from ptnumba_codegen.ops import PolicyElemwise
+
+warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
+
+BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast")
+
+_COMPILED: dict = {}
+
+
+def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=False, **kwargs):
+    """Compile with one of BACKENDS. ``cache_key`` shares the result across tests.
+
+    ``inspect_ir=True`` disables PyTensor's on-disk numba cache so the final optimized LLVM
+    IR can be read back with `final_ir`.
+    """
+    key = None if cache_key is None else (cache_key, backend, inspect_ir)
+    if key is not None and key in _COMPILED:
+        return _COMPILED[key]
+    flags = {"numba__cache": False} if inspect_ir else {}
+    if backend.startswith("stock_"):
+        flags["numba__fastmath"] = backend == "stock_fast"
+        mode = Mode(linker="numba", optimizer="fast_run")
+    elif backend.startswith("policy_"):
+        mode = ptnumba_codegen.policy_mode(backend.removeprefix("policy_"))
+    elif backend == "c":
+        mode = Mode(linker="cvm", optimizer="fast_run")
+    else:
+        raise ValueError(backend)
+    with pytensor.config.change_flags(**flags):
+        fn = pytensor.function(inputs, outputs, mode=mode, **kwargs)
+    if key is not None:
+        _COMPILED[key] = fn
+    return fn
+
+
+def final_ir(fn) -> str:
+    """The final optimized LLVM IR of a function compiled with ``inspect_ir=True``."""
+    return "\n".join(fn.vm.jit_fn.inspect_llvm().values())
+
+
+def policy_nodes(fn):
+    return [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, PolicyElemwise)]
+
+
+def assert_no_fallback(fn):
+    nodes = policy_nodes(fn)
+    assert nodes, "no node was handed to the generator"
+    reasons = {str(n.op): ptnumba_codegen.fallback_reason(n) for n in nodes}
+    assert not any(reasons.values()), reasons
+
+
+def assert_same_bits(res, ref):
+    """Identical values, dtypes, NaN positions and signed zeros."""
+    res, ref = np.asarray(res), np.asarray(ref)
+    assert res.dtype == ref.dtype, (res.dtype, ref.dtype)
+    assert res.shape == ref.shape, (res.shape, ref.shape)
+    if res.dtype.kind == "f":
+        finite = ~np.isnan(ref)
+        assert np.array_equal(res, ref, equal_nan=True), (res, ref)
+        assert np.array_equal(np.signbit(res[finite]), np.signbit(ref[finite])), (res, ref)
+    else:
+        assert np.array_equal(res, ref), (res, ref)
+
+
+@pytest.fixture(scope="session")
+def rng_seed():
+    return 20261130

@@ -1,0 +1,211 @@
+"""The generated elemwise kernels against stock numba with fastmath off.
+
+Policy ``strict`` must be bit-for-bit the stock strict backend; policy ``default`` must
+agree to 1e-12 relative (and exactly on integers, booleans and decisions).
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import ptnumba_codegen
+from conftest import assert_no_fallback, assert_same_bits, compile_fn, policy_nodes
+
+UNARY = [
+    "exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "erf", "erfc", "gammaln",
+    "sigmoid", "softplus", "log1mexp", "abs", "sign", "floor", "ceil", "round", "neg",
+    "reciprocal", "sqr", "isnan", "isinf", "exp2", "log2", "log10", "arctan", "cosh",
+]  # fmt: skip
+BINARY = [
+    "add", "sub", "mul", "true_div", "int_div", "mod", "pow", "maximum", "minimum",
+    "eq", "neq", "lt", "le", "gt", "ge", "arctan2",
+]  # fmt: skip
+BITWISE = ["and_", "or_", "xor"]
+
+DTYPE_PAIRS = [
+    ("float64", "float64"), ("float32", "float32"), ("float32", "float64"), ("int64", "float64"),
+    ("int8", "float32"), ("int32", "float32"), ("int64", "int64"), ("int8", "int8"),
+    ("uint8", "uint8"), ("uint64", "int64"), ("bool", "bool"), ("int16", "uint32"),
+]  # fmt: skip
+
+
+def sample(dtype, n, rng):
+    if dtype == "bool":
+        return rng.random(n) > 0.5
+    if dtype.startswith("float"):
+        v = rng.standard_normal(n) * 3
+        v[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310]
+        return v.astype(dtype)
+    info = np.iinfo(dtype)
+    v = rng.integers(max(info.min, -60), min(info.max, 60), n, endpoint=True).astype(dtype)
+    v[:2] = [info.min, info.max]
+    return v
+
+
+def build(dx, dy):
+    x, y = pt.vector("x", dtype=dx), pt.vector("y", dtype=dy)
+    outs, names = [], []
+    for name in UNARY:
+        try:
+            outs.append(getattr(pt, name)(x))
+            names.append(f"{name}(x)")
+        except Exception:
+            pass  # not defined for this dtype in pytensor
+    ops = BINARY + (BITWISE if dx == dy and dx[0] in "biu" else [])
+    for name in ops:
+        try:
+            outs.append(getattr(pt, name)(x, y))
+            names.append(f"{name}(x, y)")
+        except Exception:
+            pass
+    return [x, y], outs, names
+
+
+@pytest.mark.parametrize("dx, dy", DTYPE_PAIRS, ids=[f"{a}-{b}" for a, b in DTYPE_PAIRS])
+def test_dtype_matrix_strict_policy_is_bitwise_stock(dx, dy):
+    rng = np.random.default_rng(1)
+    inputs, outs, names = build(dx, dy)
+    with np.errstate(all="ignore"):
+        vals = [sample(dx, 37, rng), sample(dy, 37, rng)]
+        if dy[0] in "iu":  # integer exponents must be >= 0 (numba raises), divisors != 0
+            vals[1] = np.clip(vals[1], 1, 5).astype(dy)
+    ref_fn = compile_fn(inputs, outs, "stock_strict", cache_key=("matrix", dx, dy))
+    fn = compile_fn(inputs, outs, "policy_strict", cache_key=("matrix", dx, dy))
+    assert_no_fallback(fn)
+    with np.errstate(all="ignore"):
+        ref, res = ref_fn(*vals), fn(*vals)
+    for name, a, b in zip(names, res, ref, strict=True):
+        try:
+            assert_same_bits(a, b)
+        except AssertionError as err:
+            raise AssertionError(f"{name} with {dx}, {dy}: {err}") from None
+
+
+@pytest.mark.parametrize("dx, dy", DTYPE_PAIRS[:6], ids=[f"{a}-{b}" for a, b in DTYPE_PAIRS[:6]])
+def test_dtype_matrix_default_policy_close_to_stock(dx, dy):
+    rng = np.random.default_rng(2)
+    inputs, outs, names = build(dx, dy)
+    with np.errstate(all="ignore"):
+        vals = [sample(dx, 37, rng), sample(dy, 37, rng)]
+        if dy[0] in "iu":
+            vals[1] = np.clip(vals[1], 1, 5).astype(dy)
+    ref_fn = compile_fn(inputs, outs, "stock_strict", cache_key=("matrix", dx, dy))
+    fn = compile_fn(inputs, outs, "policy_default", cache_key=("matrix", dx, dy))
+    assert_no_fallback(fn)
+    with np.errstate(all="ignore"):
+        ref, res = ref_fn(*vals), fn(*vals)
+    rtol = 1e-12 if "float32" not in (dx, dy) and "int8" not in (dx, dy) else 1e-6
+    for name, a, b in zip(names, res, ref, strict=True):
+        assert a.dtype == b.dtype, name
+        if a.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=0, equal_nan=True, err_msg=name)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def _layout_fn(backend):
+    x, y = pt.matrix("x"), pt.matrix("y")
+    row = pt.row("row")
+    out = [pt.exp(x) * y + row, pt.minimum(x * y * x, y) - row]
+    return compile_fn([x, y, row], out, backend, cache_key="layouts")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: a,
+        lambda a: a[::2, ::3],
+        lambda a: a[::-1, ::-2],
+        lambda a: a.T.copy().T,  # F-contiguous
+        lambda a: a[:0],  # empty
+        lambda a: a[:, :1],
+    ],
+    ids=["c", "strided", "negative-strides", "fortran", "empty", "one-column"],
+)
+def test_layouts_and_broadcasting(make):
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.5, 2.0, (12, 18))
+    x = make(base)
+    y = make(rng.uniform(0.5, 2.0, (12, 18)))
+    row = rng.uniform(size=(1, x.shape[1]))
+    ref = _layout_fn("stock_strict")(x, y, row)
+    for backend in ("policy_strict", "policy_default"):
+        res = _layout_fn(backend)(x, y, row)
+        for a, b in zip(res, ref, strict=True):
+            if backend == "policy_strict":
+                assert_same_bits(a, b)
+            else:
+                np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_zero_dim_and_3d():
+    a, b = pt.scalar("a"), pt.tensor3("b")
+    out = [pt.exp(a) + 1.0, pt.log1p(b * b) * a]
+    rng = np.random.default_rng(4)
+    vals = [np.array(0.7), rng.standard_normal((3, 4, 5))]
+    ref = compile_fn([a, b], out, "stock_strict", cache_key="0d3d")(*vals)
+    fn = compile_fn([a, b], out, "policy_strict", cache_key="0d3d")
+    assert_no_fallback(fn)
+    for r, e in zip(fn(*vals), ref, strict=True):
+        assert_same_bits(r, e)
+
+
+def test_runtime_broadcast_errors_match_stock():
+    x, y = pt.vector("x"), pt.vector("y")
+    out = pt.exp(x) + y
+    fn = compile_fn([x, y], out, "policy_default", cache_key="bcast")
+    stock = compile_fn([x, y], out, "stock_strict", cache_key="bcast")
+    for bad in [(np.ones(3), np.ones(4)), (np.ones(3), np.ones(1))]:
+        with pytest.raises(ValueError) as mine:
+            fn(*bad)
+        with pytest.raises(ValueError) as ref:
+            stock(*bad)
+        assert str(mine.value) == str(ref.value)
+
+
+def test_multiple_outputs_one_kernel():
+    x, y = pt.vectors("x", "y")
+    s = x * y
+    outs = [pt.exp(s), s > 1.0, pt.sqrt(pt.abs(s)) + x]
+    fn = compile_fn([x, y], outs, "policy_default", cache_key="multi")
+    nodes = policy_nodes(fn)
+    assert any(len(n.outputs) > 1 for n in nodes)
+    assert_no_fallback(fn)
+    vals = [np.linspace(-2, 2, 25), np.linspace(1, 3, 25)]
+    ref = compile_fn([x, y], outs, "stock_strict", cache_key="multi")(*vals)
+    for a, b in zip(fn(*vals), ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_unlowerable_op_falls_back_per_node_with_a_reason():
+    x, y = pt.vectors("x", "y")
+    outs = [pt.psi(x) * y, pt.exp(y) + x]  # psi has no rule; exp(y)+x does
+    fn = compile_fn([x, y], outs, "policy_default", cache_key="fallback")
+    reasons = [ptnumba_codegen.fallback_reason(n) for n in policy_nodes(fn)]
+    assert any(r and "Psi" in r for r in reasons), reasons
+    vals = [np.linspace(0.5, 3, 9), np.linspace(1, 2, 9)]
+    ref = compile_fn([x, y], outs, "stock_strict", cache_key="fallback")(*vals)
+    for a, b in zip(fn(*vals), ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_complex_dtype_falls_back():
+    x = pt.vector("x", dtype="complex128")
+    fn = compile_fn([x], pt.exp(x) * 2, "policy_default", cache_key="complex")
+    reasons = [ptnumba_codegen.fallback_reason(n) for n in policy_nodes(fn)]
+    assert reasons and all("complex128" in r for r in reasons), reasons
+    v = np.array([1 + 2j, -0.5j])
+    np.testing.assert_allclose(fn(v), np.exp(v) * 2)
+
+
+def test_python_mode_body_matches():
+    # The kernel's pure-Python body (used by PyTensor when JIT is disabled) is op.perform
+    from ptnumba_codegen.dispatch import numba_funcify_PolicyElemwise
+
+    x, y = pt.vectors("x", "y")
+    fn = compile_fn([x, y], pt.exp(x) * y, "policy_default", cache_key="pymode")
+    [node] = policy_nodes(fn)
+    kernel, _ = numba_funcify_PolicyElemwise(node.op, node)
+    v = np.linspace(0, 1, 5)
+    np.testing.assert_allclose(kernel(v, v), np.exp(v) * v)

@@ -1,0 +1,89 @@
+"""Mode integration: the opt-in tag, per-function policies, untouched stock modes."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile import optdb
+from pytensor.compile.mode import Mode
+from pytensor.tensor.elemwise import Elemwise
+
+import ptnumba_codegen
+from conftest import policy_nodes
+from ptnumba_codegen.ops import PolicyElemwise
+
+
+def graph():
+    x, y = pt.vectors("x", "y")
+    # exp(x) + y is fused into one Composite; the inplace rewrite makes it destroy an input
+    return [x, y], [pt.exp(x) * y + 1.0, pt.maximum(x, y)]
+
+
+def elemwise_nodes(fn):
+    return [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, Elemwise)]
+
+
+def test_tag_is_only_policy_codegen():
+    tags = {t for t, names in optdb.__db__.items() if optdb["policy_codegen"] in names}
+    assert tags == {"policy_codegen", "PolicyCodegen"}
+    # after everything the numba linker runs (the numba fusions sit at 100)
+    numba_positions = [
+        pos
+        for name, pos in optdb.__position__.items()
+        if name != "policy_codegen"
+        and any(optdb[name] in optdb.__db__.get(tag, ()) for tag in ("fast_run", "numba", "minimum_compile"))
+    ]
+    assert optdb.__position__["policy_codegen"] > max(numba_positions)
+
+
+def test_including_tag_hands_every_elemwise_to_the_generator():
+    inputs, outputs = graph()
+    mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
+    fn = pytensor.function(inputs, outputs, mode=mode)
+    nodes = elemwise_nodes(fn)
+    assert nodes and all(isinstance(n.op, PolicyElemwise) for n in nodes)
+    assert all(n.op.policy.name == "default" for n in nodes)
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", Mode(linker="numba", optimizer="fast_run")])
+def test_plain_numba_mode_is_untouched(mode):
+    inputs, outputs = graph()
+    fn = pytensor.function(inputs, outputs, mode=mode)
+    assert elemwise_nodes(fn) and not policy_nodes(fn)
+
+
+def test_inplace_pattern_and_destroy_map_are_kept_exactly():
+    x, y = pt.vectors("x", "y")
+    z = pt.exp(x) + y
+    w = pt.dot(z, z)  # materializes z; sin(z) * w then reuses z's buffer (inplace)
+    outs = [pt.sin(z) * w, pt.cos(z)]
+    stock = pytensor.function([x, y], outs, mode=Mode(linker="numba", optimizer="fast_run"))
+    mine = pytensor.function([x, y], outs, mode=ptnumba_codegen.policy_mode("default"))
+    s_nodes, m_nodes = elemwise_nodes(stock), elemwise_nodes(mine)
+    assert [str(n.op.scalar_op) for n in s_nodes] == [str(n.op.scalar_op) for n in m_nodes]
+    assert [n.op.inplace_pattern for n in s_nodes] == [n.op.inplace_pattern for n in m_nodes]
+    assert [n.op.destroy_map for n in s_nodes] == [n.op.destroy_map for n in m_nodes]
+    assert any(n.op.inplace_pattern for n in m_nodes), "the graph should exercise an inplace node"
+    xv, yv = np.linspace(-1, 1, 11), np.linspace(2, 3, 11)
+    for a, b in zip(mine(xv, yv), stock(xv, yv), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    np.testing.assert_array_equal(xv, np.linspace(-1, 1, 11))  # inputs are not destroyed
+
+
+def test_policy_per_function_and_env_default(monkeypatch):
+    inputs, outputs = graph()
+    f_strict = pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode("strict"))
+    f_fast = pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode("fast"))
+    assert {n.op.policy.name for n in policy_nodes(f_strict)} == {"strict"}
+    assert {n.op.policy.name for n in policy_nodes(f_fast)} == {"fast"}
+    monkeypatch.setenv(ptnumba_codegen.ENV_VAR, "strict")
+    mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
+    f_env = pytensor.function(inputs, outputs, mode=mode)
+    assert {n.op.policy.name for n in policy_nodes(f_env)} == {"strict"}
+
+
+def test_bad_policy_fails_before_compiling(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[classes.reduction]\nflags = ['turbo']\n")
+    with pytest.raises(ptnumba_codegen.PolicyError, match="turbo"):
+        ptnumba_codegen.policy_mode(bad)

@@ -1,0 +1,96 @@
+"""The seed example (../shared/seeds/000): values per policy and flags in the final IR."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+from irtools import backward_cone, fp_instrs, parse
+from conftest import assert_no_fallback, compile_fn, final_ir
+from ptnumba_codegen.flags import PYTENSOR_FLAGS
+
+XV = np.array([0.9887127230177662])
+YV = np.array([1.000617328480952])
+ZV = np.array([0.9995082121912299])
+WV = np.array([404.146799095179])
+BV = np.array([((XV[0] * YV[0]) * ZV[0]) * WV[0]])  # the exact left-associated product
+EXPECTED = 404.19741326
+
+
+def seed_graph():
+    x, y, z, w, b = pt.vectors("x", "y", "z", "w", "b")
+    gx = pytensor.grad(pt.minimum(x * y * z * w, b).sum(), x)
+    return [x, y, z, w, b], gx
+
+
+def seed_fn(backend, inspect_ir=False):
+    inputs, out = seed_graph()
+    return compile_fn(inputs, out, backend, cache_key="seed", inspect_ir=inspect_ir)
+
+
+def test_reference_backends_reproduce_the_issue():
+    assert seed_fn("stock_strict")(XV, YV, ZV, WV, BV) == pytest.approx([EXPECTED])
+    assert seed_fn("stock_fast")(XV, YV, ZV, WV, BV)[0] == 0.0
+    assert seed_fn("c")(XV, YV, ZV, WV, BV) == pytest.approx([EXPECTED])
+
+
+@pytest.mark.parametrize("policy, expected", [("default", EXPECTED), ("strict", EXPECTED), ("fast", 0.0)])
+def test_seed_value_per_policy(policy, expected):
+    fn = seed_fn(f"policy_{policy}")
+    assert_no_fallback(fn)
+    np.testing.assert_allclose(fn(XV, YV, ZV, WV, BV), [expected], rtol=1e-10)
+
+
+def test_seed_at_scale_equals_stock_strict_bitwise():
+    # ties at every element of a long array (vector body and remainder)
+    rng = np.random.default_rng(0)
+    n = 1003
+    x, y, z, w = (rng.uniform(0.5, 2.0, n) for _ in range(4))
+    b = ((x * y) * z) * w
+    b[::3] = np.nextafter(b[::3], np.inf)
+    ref = seed_fn("stock_strict")(x, y, z, w, b)
+    np.testing.assert_array_equal(seed_fn("policy_default")(x, y, z, w, b), ref)
+    np.testing.assert_array_equal(seed_fn("policy_strict")(x, y, z, w, b), ref)
+    assert (ref != 0).sum() > n // 3  # the ties really are ties under strict
+
+
+def _seed_ir(policy):
+    fn = seed_fn(f"policy_{policy}", inspect_ir=True)
+    fn(XV, YV, ZV, WV, BV)
+    tables = [t for t in parse(final_ir(fn)) if any(i.opcode == "fcmp" for i in t.values())]
+    assert tables, "no comparison in the compiled function"
+    return tables
+
+
+def test_final_ir_default_policy_cone_strict_rest_fast():
+    for table in _seed_ir("default"):
+        cmps = [i for i in table.values() if i.opcode == "fcmp" and i.predicate == "ole"]
+        assert cmps
+        cone = backward_cone(table, [c.name for c in cmps])
+        in_cone = [i for i in fp_instrs(table) if i.name in cone]
+        outside = [i for i in fp_instrs(table) if i.name not in cone]
+        # the product chain x*y*z*w (3 fmuls, scalar and vector) and the fcmp: no flags
+        assert sum(i.opcode == "fmul" for i in in_cone) >= 3
+        assert all(not i.flags for i in in_cone), [i.text for i in in_cone if i.flags]
+        # the gradient product: exactly PyTensor's flag set
+        assert any(i.opcode == "fmul" for i in outside)
+        assert all(i.flags == PYTENSOR_FLAGS for i in outside), [i.text for i in outside]
+
+
+def test_final_ir_strict_and_fast_policies():
+    for table in _seed_ir("strict"):
+        assert all(not i.flags for i in fp_instrs(table))
+    for table in _seed_ir("fast"):
+        assert all(i.flags == PYTENSOR_FLAGS for i in fp_instrs(table))
+
+
+def test_policy_ignores_numba_fastmath_config():
+    inputs, out = seed_graph()
+    import ptnumba_codegen
+
+    with pytensor.config.change_flags(numba__fastmath=False):
+        fast = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("fast"))
+    with pytensor.config.change_flags(numba__fastmath=True):
+        strict = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("strict"))
+    assert fast(XV, YV, ZV, WV, BV)[0] == 0.0
+    assert strict(XV, YV, ZV, WV, BV) == pytest.approx([EXPECTED])
