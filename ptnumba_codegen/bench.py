@@ -137,7 +137,10 @@ def _calls_per_sample(fns, vals, target: float) -> int:
     return max(1, min(100_000, math.ceil(target / max(fastest, 1e-7))))
 
 
-def _interleaved(fns, vals, repeat, target) -> dict[str, list[float]]:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _interleaved(fns, vals, repeat, target, clock=time.perf_counter) -> dict[str, list[float]]:
     """Per-call seconds: ``repeat`` samples per backend, backends interleaved and rotated."""
     number = _calls_per_sample(fns, vals, target)
     names = list(fns)
@@ -149,10 +152,10 @@ def _interleaved(fns, vals, repeat, target) -> dict[str, list[float]]:
             k = rep % len(names)
             for b in names[k:] + names[:k]:
                 fn = fns[b]
-                t0 = time.perf_counter()
+                t0 = clock()
                 for _ in range(number):
                     fn(*vals)
-                samples[b].append((time.perf_counter() - t0) / number)
+                samples[b].append((clock() - t0) / number)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -202,7 +205,9 @@ def run(
     rtol: float,
     atol: float,
     target: float = 0.002,
+    clock: str = "wall",
 ) -> dict[str, dict[str, Cell]]:
+    timer = CLOCKS[clock]
     results: dict[str, dict[str, Cell]] = {}
     if compile_time:
         log.info("warming up the compilers")
@@ -218,7 +223,7 @@ def run(
         del outs
         if fns:
             log.info("%s: timing n=%d, %d interleaved reps", w.key, n, repeat)
-            for b, s in _interleaved(fns, vals, repeat, target).items():
+            for b, s in _interleaved(fns, vals, repeat, target, timer).items():
                 cells[b].times = s
         if per_call_n and fns:
             tiny = w.make_inputs(per_call_n)
@@ -226,7 +231,7 @@ def run(
             if fns:
                 log.info("%s: timing n=%d", w.key, per_call_n)
                 # Tiny calls are cheap: more, shorter samples sample the noise more finely.
-                for b, s in _interleaved(fns, tiny, 4 * repeat, target / 4).items():
+                for b, s in _interleaved(fns, tiny, 4 * repeat, target / 4, timer).items():
                     cells[b].tiny_times = s
         del vals, fns
         if compile_time:
@@ -251,7 +256,7 @@ def _fmt(x, spec) -> str:
     return "-" if x is None else format(x, spec)
 
 
-def table(results, workloads, backends, *, n, per_call_n, compile_time) -> str:
+def table(results, workloads, backends, *, n, per_call_n, compile_time, clock="wall") -> str:
     """The side-by-side table: one row per workload."""
     cols = [("workload", "<")]
     cols += [(f"{b} ms", ">") for b in backends]
@@ -309,7 +314,12 @@ def table(results, workloads, backends, *, n, per_call_n, compile_time) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, (h, _) in enumerate(cols)]
     lines = []
     shape_note = f"n={n:g} (matrix workloads: {wl.WORKLOADS['softmax'].shape(n)[0]}x{wl.WORKLOADS['softmax'].shape(n)[1]})"
-    lines.append(f"# median ms per call, {shape_note}; ratios < 1 mean faster than stock_fast")
+    from ptnumba_codegen import GENERATOR_VERSION
+
+    lines.append(
+        f"# median ms per call ({clock} clock), {shape_note}; ratios < 1 mean faster than "
+        f"stock_fast; generator {GENERATOR_VERSION}"
+    )
     lines.append("  ".join(f"{h:{a}{wd}}" for (h, a), wd in zip(cols, widths)))
     lines.append("  ".join("-" * wd for wd in widths))
     for r in rows:
@@ -345,6 +355,7 @@ def to_json(results, args, backends) -> dict:
             "n": args.n,
             "repeat": args.repeat,
             "per_call_n": args.per_call_n,
+            "clock": args.clock,
             "compile_repeat": args.compile_repeat if not args.no_compile_time else 0,
             "backends": list(backends),
             "python": sys.version,
@@ -432,6 +443,7 @@ def parse_args(argv):
     p.add_argument("--per-call-n", type=int, default=100, help="also time calls at this tiny n to show call overhead; 0 disables (default 100)")
     p.add_argument("--no-compile-time", action="store_true", help="skip first-compile measurements")
     p.add_argument("--compile-repeat", type=int, default=3, help="uncached compiles per backend per workload (default 3)")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall: perf_counter (default); cpu: process_time, steadier when other jobs share the cores (JAX's worker threads count too)")
     p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance of the agreement check (default 1e-6)")
     p.add_argument("--atol", type=float, default=1e-12, help="absolute tolerance of the agreement check (default 1e-12)")
     p.add_argument("--plot", metavar="FILE.png", default=None, help="bar chart of speedups vs stock_fast (needs matplotlib)")
@@ -496,6 +508,7 @@ def main(argv=None) -> int:
         compile_repeat=args.compile_repeat,
         rtol=args.rtol,
         atol=args.atol,
+        clock=args.clock,
     )
     print(
         table(
@@ -505,6 +518,7 @@ def main(argv=None) -> int:
             n=args.n,
             per_call_n=args.per_call_n,
             compile_time=not args.no_compile_time,
+            clock=args.clock,
         ),
         flush=True,
     )
