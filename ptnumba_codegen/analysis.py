@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
+from pytensor.scalar.loop import ScalarLoop
 
 from ptnumba_codegen.flags import ARITHMETIC, COMPARISON_SENSITIVE, REDUCTION, TRANSCENDENTAL
 from ptnumba_codegen.program import Instr, Program
@@ -28,6 +29,11 @@ ALL = None  # marker: every input is a decision input
 def _cast_decides(instr: Instr, dtypes) -> tuple[int, ...] | None:
     """A cast decides (truncates or tests for zero) when it goes to an int or bool."""
     return ALL if dtypes[instr.outputs[0]][0] in "iub" else ()
+
+
+def _loop_decides(instr: Instr, dtypes) -> tuple[int, ...] | None:
+    """A while-loop's inputs decide when it stops; a for-loop's count is an integer."""
+    return ALL if instr.op.is_while else ()
 
 
 # op class -> which inputs are decision inputs (ALL, a tuple of positions, or a callable).
@@ -55,6 +61,7 @@ DECISION_INPUTS: dict[type, object] = {
     ps.IsNan: ALL,
     ps.IsInf: ALL,
     ps.Cast: _cast_decides,
+    ScalarLoop: _loop_decides,
 }
 
 ASSOCIATIVE_OPS: tuple[type, ...] = (ps.Add, ps.Mul)
@@ -125,6 +132,27 @@ def sensitive_instrs(program: Program, sensitive_outputs: Iterable[int] = ()) ->
             marked.add(k)
             roots.extend(decision_inputs(instr, program.dtypes))
     return marked | backward_cone(program, roots)
+
+
+def sensitive_inputs(program: Program, sensitive_outputs: Iterable[int] = ()) -> set[int]:
+    """Input positions whose values reach a decision (inside, or via a sensitive output)."""
+    producer = program.producers()
+    roots: list[int] = [program.outputs[i] for i in sensitive_outputs]
+    for instr in program.instrs:
+        roots.extend(decision_inputs(instr, program.dtypes))
+    position = {v: k for k, v in enumerate(program.inputs)}
+    found, seen, todo = set(), set(), roots
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in position:
+            found.add(position[v])
+        k = producer.get(v)
+        if k is not None:
+            todo.extend(program.instrs[k].inputs)
+    return found
 
 
 def _reduction_chain(program: Program) -> set[int]:

@@ -1,45 +1,23 @@
-"""numba dispatch for the generator's ops: build the kernel, or fall back per node."""
+"""numba dispatch for the policy-carrying ops: build the kernel, or fall back per node."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 
 from pytensor import config
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     register_funcify_and_cache_key,
 )
-from pytensor.tensor.elemwise import Elemwise
 
 from ptnumba_codegen._version import GENERATOR_VERSION
-from ptnumba_codegen.analysis import classify
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
-from ptnumba_codegen.lowering.body import PlannedBody, Unsupported, plan_body
-from ptnumba_codegen.lowering.kernel import build_elemwise_kernel
-from ptnumba_codegen.lowering.loop import LoopSpec
-from ptnumba_codegen.ops import PolicyElemwise
-from ptnumba_codegen.program import Program, from_scalar_op
+from ptnumba_codegen.kernels import KernelPlan, plan_node
+from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel
+from ptnumba_codegen.lowering.rules import Unsupported
 
-
-def node_program(node) -> Program:
-    return from_scalar_op(
-        node.op.scalar_op,
-        [i.type.dtype for i in node.inputs],
-        [o.type.dtype for o in node.outputs],
-    )
-
-
-def plan_node(node) -> tuple[LoopSpec, PlannedBody]:
-    """Plan an elemwise node; raises Unsupported with the fallback reason."""
-    op = node.op
-    spec = LoopSpec(
-        input_bc=tuple(i.type.broadcastable for i in node.inputs),
-        output_bc=tuple(o.type.broadcastable for o in node.outputs),
-        output_dtypes=tuple(o.type.dtype for o in node.outputs),
-        inplace=tuple(sorted(op.inplace_pattern.items())),
-    )
-    planned = plan_body(node_program(node), op.policy, op.sensitive_outputs)
-    return spec, planned
+log = logging.getLogger("ptnumba_codegen")
 
 
 def fallback_reason(node) -> str | None:
@@ -55,38 +33,61 @@ def cache_key(*parts) -> str:
     return hashlib.sha256(repr(("ptnumba_codegen", GENERATOR_VERSION, *parts)).encode()).hexdigest()
 
 
-def _fallback_fastmath(node) -> bool:
-    """Stock kernels only know all-or-nothing: fast only if the policy is fast everywhere here."""
-    program = node_program(node)
-    policy = node.op.policy
-    classes = classify(program, node.op.sensitive_outputs)
-    return all(
-        set(policy.flags_for(k, i.op_name)) >= PYTENSOR_FLAGS
-        for k, i in zip(classes, program.instrs, strict=True)
-    )
+def perform_impl(node):
+    """The node's own ``perform``: what the kernel does when run without JIT."""
+    n_out = len(node.outputs)
+
+    def run(*inputs):
+        storage = [[None] for _ in range(n_out)]
+        node.op.perform(node, list(inputs), storage)
+        return storage[0][0] if n_out == 1 else tuple(s[0] for s in storage)
+
+    return run
+
+
+def _fallback_fastmath(op) -> bool:
+    """Stock kernels know all-or-nothing: fast only if every class of the policy is."""
+    return all(set(rule.flags) >= PYTENSOR_FLAGS for rule in op.policy.classes.values())
 
 
 def stock_fallback(op, node, reason: str, **kwargs):
-    fast = _fallback_fastmath(node)
+    fast = _fallback_fastmath(op)
+    log.info("ptnumba_codegen: %s falls back to the stock kernel (fastmath=%s): %s", op, fast, reason)
     with config.change_flags(numba__fastmath=fast):
-        fn, key = numba_funcify_and_cache_key.dispatch(Elemwise)(op, node, **kwargs)
+        fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(op, node, **kwargs)
     if key is not None:
         key = cache_key("stock-fallback", fast, key)
     return fn, key
 
 
-@register_funcify_and_cache_key(PolicyElemwise)
-def numba_funcify_PolicyElemwise(op, node, **kwargs):
+def build(node, plan: KernelPlan):
+    name = f"policy_{type(node.op).stock_class.__name__.lower()}"
+    if plan.kind == "scalar":
+        return build_scalar_kernel(plan.body, perform_impl(node), name=name)
+    return build_kernel(plan.spec, plan.body, perform_impl(node), plan.finish, name=name)
+
+
+def funcify_policy_node(op, node, **kwargs):
     try:
-        spec, planned = plan_node(node)
+        plan = plan_node(node)
     except Unsupported as err:
         return stock_fallback(op, node, str(err), **kwargs)
-    kernel = build_elemwise_kernel(node, spec, planned)
+    stock_keys = plan.body.stock_keys
+    if any(k is None for k, _fast in stock_keys):
+        key = None  # a stock function inside is uncacheable, so is the kernel (as in stock)
+        return build(node, plan), key
     key = cache_key(
-        "elemwise",
+        plan.kind,
+        stock_keys,
         op.policy.digest,
-        spec,
-        planned.program.fingerprint(),
-        planned.flags,
+        plan.spec,
+        plan.body.program.fingerprint(),
+        plan.body.flags,
+        plan.finish,
+        tuple(str(o.type) for o in node.outputs),
     )
-    return kernel, key
+    return build(node, plan), key
+
+
+def register_policy_class(cls):
+    register_funcify_and_cache_key(cls)(funcify_policy_node)

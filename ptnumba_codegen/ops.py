@@ -1,52 +1,74 @@
-"""The op the rewrite substitutes for ``Elemwise``: same math, same inplace pattern,
-plus the policy (and, for whole-graph sensitivity, which outputs feed decisions
-elsewhere). A subclass, so every ``isinstance(op, Elemwise)`` check keeps working."""
+"""Policy-carrying versions of the kernel ops.
+
+For every op class the generator takes over (Elemwise, FusedElemwise, CAReduce and its
+Sum/Max/... subclasses, scalar ops applied to native scalars, ...) `policy_class` makes a
+subclass that also carries the policy and which outputs feed decisions in other nodes.
+Subclasses keep every ``isinstance`` check, ``str`` and ``destroy_map`` of the original.
+"""
 
 from __future__ import annotations
+
+import copy
+from functools import cache
 
 from pytensor.tensor.elemwise import Elemwise
 
 from ptnumba_codegen.policy import Policy
 
 
-class PolicyElemwise(Elemwise):
-    __props__ = ("scalar_op", "inplace_pattern", "policy", "sensitive_outputs")
+class PolicyMixin:
+    """Marks an op as carrying ``policy`` and ``sensitive_outputs``."""
 
-    def __init__(
-        self,
-        scalar_op,
-        inplace_pattern=None,
-        *,
-        policy: Policy,
-        sensitive_outputs=frozenset(),
-        name=None,
-        nfunc_spec=None,
-    ):
-        self.policy = policy
-        self.sensitive_outputs = frozenset(sensitive_outputs)
-        super().__init__(scalar_op, inplace_pattern, name=name, nfunc_spec=nfunc_spec)
+    __slots__ = ()
 
-    @classmethod
-    def from_elemwise(cls, op: Elemwise, policy: Policy, sensitive_outputs=frozenset()):
-        return cls(
-            op.scalar_op,
-            op.inplace_pattern,
-            policy=policy,
-            sensitive_outputs=sensitive_outputs,
-            name=op.name,
-            nfunc_spec=op.nfunc_spec,
-        )
+
+@cache
+def policy_class(base: type) -> type:
+    """The policy-carrying subclass of ``base`` (created once, dispatch registered once).
+
+    The base comes first in the MRO so instances keep its layout (ops are re-classed in
+    place by `with_policy`); equality and hashing add the policy explicitly.
+    """
 
     def __eq__(self, other):
         return (
-            super().__eq__(other)
+            base.__eq__(self, other) is True
+            and isinstance(other, PolicyMixin)
             and self.policy == other.policy
             and self.sensitive_outputs == other.sensitive_outputs
         )
 
     def __hash__(self):
-        return hash((super().__hash__(), self.policy.digest, self.sensitive_outputs))
+        return hash((base.__hash__(self), self.policy.digest, self.sensitive_outputs))
 
-    def __str__(self):
-        # dprint output stays the stock one; explain() shows what the policy did.
-        return Elemwise.__str__(self)
+    namespace = {
+        "stock_class": base,
+        "__module__": __name__,
+        "__eq__": __eq__,
+        "__hash__": __hash__,
+    }
+    # Same __name__ as the base: many ops print their class name (e.g. Max{axis=1}), so
+    # dprint output stays the stock one. The module tells them apart.
+    cls = type(base.__name__, (base, PolicyMixin), namespace)
+    cls.__qualname__ = f"policy_class({base.__qualname__})"
+    from ptnumba_codegen.dispatch import register_policy_class
+
+    register_policy_class(cls)
+    return cls
+
+
+def with_policy(op, policy: Policy, sensitive_outputs=frozenset()):
+    """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy``."""
+    new = copy.copy(op)
+    new.__class__ = policy_class(type(op))
+    new.policy = policy
+    new.sensitive_outputs = frozenset(sensitive_outputs)
+    return new
+
+
+def is_policy_op(op) -> bool:
+    return isinstance(op, PolicyMixin)
+
+
+# The elemwise class, for readability at call sites and in tests.
+PolicyElemwise = policy_class(Elemwise)

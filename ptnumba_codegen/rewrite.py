@@ -1,4 +1,4 @@
-"""The graph rewrite that hands every elemwise node to the generator, and the modes."""
+"""The graph rewrite that hands every kernel node to the generator, and the modes."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pytensor.compile import optdb
 from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
-from pytensor.tensor.elemwise import Elemwise
 
-from ptnumba_codegen.ops import PolicyElemwise
+from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
+from ptnumba_codegen.kernels import planner_for
+from ptnumba_codegen.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, load_policy
 
 TAG = "policy_codegen"
@@ -17,7 +18,8 @@ POSITION = 100.5
 
 
 class PolicyCodegen(GraphRewriter):
-    """Replace every ``Elemwise`` by a `PolicyElemwise` carrying the policy.
+    """Give every kernel node (Elemwise, FusedElemwise, ScalarizedElemwise, CAReduce,
+    ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
 
     ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
     ``default``) each time it runs.
@@ -32,10 +34,11 @@ class PolicyCodegen(GraphRewriter):
 
     def apply(self, fgraph):
         policy = load_policy(self.policy)
+        sensitive = sensitive_variables(fgraph)
         for node in fgraph.toposort():
-            if type(node.op) is not Elemwise:
+            if is_policy_op(node.op) or planner_for(node.op) is None:
                 continue
-            new_op = PolicyElemwise.from_elemwise(node.op, policy)
+            new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive))
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
             for old, new in zip(node.outputs, new_node.outputs, strict=True):
                 new.name = old.name
@@ -52,7 +55,7 @@ optdb.register(TAG, PolicyCodegen(), position=POSITION)
 
 
 def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
-    """A numba Mode whose elemwise kernels are generated under ``policy``.
+    """A numba Mode whose kernels are generated under ``policy``.
 
     ``policy`` is a preset name (``default``, ``strict``, ``fast``), a path to a TOML file,
     a loaded `Policy`, or ``None`` for the process default. The policy is loaded (and

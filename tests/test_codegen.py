@@ -178,14 +178,16 @@ def test_multiple_outputs_one_kernel():
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-def test_unlowerable_op_falls_back_per_node_with_a_reason():
+def test_op_without_a_rule_calls_the_stock_function_inside_our_kernel():
+    from ptnumba_codegen.lowering.rules import rule_kind
+
     x, y = pt.vectors("x", "y")
-    outs = [pt.psi(x) * y, pt.exp(y) + x]  # psi has no rule; exp(y)+x does
-    fn = compile_fn([x, y], outs, "policy_default", cache_key="fallback")
-    reasons = [ptnumba_codegen.fallback_reason(n) for n in policy_nodes(fn)]
-    assert any(r and "Psi" in r for r in reasons), reasons
+    outs = [pt.psi(x) * y, pt.exp(y) + x]  # psi (scipy.special) has no table row
+    assert rule_kind(pt.psi(x).owner.op.scalar_op) == "stock"
+    fn = compile_fn([x, y], outs, "policy_default", cache_key="stockcall")
+    assert_no_fallback(fn)
     vals = [np.linspace(0.5, 3, 9), np.linspace(1, 2, 9)]
-    ref = compile_fn([x, y], outs, "stock_strict", cache_key="fallback")(*vals)
+    ref = compile_fn([x, y], outs, "stock_strict", cache_key="stockcall")(*vals)
     for a, b in zip(fn(*vals), ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
@@ -201,11 +203,11 @@ def test_complex_dtype_falls_back():
 
 def test_python_mode_body_matches():
     # The kernel's pure-Python body (used by PyTensor when JIT is disabled) is op.perform
-    from ptnumba_codegen.dispatch import numba_funcify_PolicyElemwise
+    from ptnumba_codegen.dispatch import funcify_policy_node
 
     x, y = pt.vectors("x", "y")
     fn = compile_fn([x, y], pt.exp(x) * y, "policy_default", cache_key="pymode")
     [node] = policy_nodes(fn)
-    kernel, _ = numba_funcify_PolicyElemwise(node.op, node)
+    kernel, _ = funcify_policy_node(node.op, node)
     v = np.linspace(0, 1, 5)
     np.testing.assert_allclose(kernel(v, v), np.exp(v) * v)

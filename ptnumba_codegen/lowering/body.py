@@ -21,6 +21,16 @@ class PlannedBody:
     flags: tuple[tuple[str, ...], ...]
     emitters: tuple[Emitter, ...]
 
+    @property
+    def stock_keys(self) -> tuple:
+        """Cache keys of the stock functions this body calls (``None`` inside: uncacheable)."""
+        keys = []
+        for e in self.emitters:
+            if hasattr(e, "stock_key"):
+                keys.append(e.stock_key)
+            keys.extend(getattr(e, "inner_stock_keys", ()))
+        return tuple(keys)
+
     def rows(self) -> list[tuple[str, str, tuple[str, ...]]]:
         """(instruction, class, flags) per instruction, for explain and tests."""
         return list(zip(self.program.describe(), self.classes, self.flags, strict=True))
@@ -33,12 +43,16 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=()) -> Planned
     classes = classify(program, sensitive_outputs)
     flags, emitters = [], []
     for instr, klass in zip(program.instrs, classes, strict=True):
-        flags.append(policy.flags_for(klass, instr.op_name))
+        instr_flags = policy.flags_for(klass, instr.op_name)
+        flags.append(instr_flags)
         emitters.append(
             plan_instr(
                 instr.op,
                 [program.dtypes[v] for v in instr.inputs],
                 [program.dtypes[v] for v in instr.outputs],
+                flags=instr_flags,
+                klass=klass,
+                policy=policy,
             )
         )
     return PlannedBody(program, classes, tuple(flags), tuple(emitters))

@@ -1,10 +1,10 @@
-"""The elemwise loop emitter: broadcasting checks, output allocation, the loop nest and
-the per-element loads/stores around the scalar body.
+"""The loop emitter: broadcasting checks, output allocation, the loop nest, the
+per-element loads and stores around the scalar body, and reduction accumulators.
 
-Shape checks, output allocation and the return convention reuse PyTensor's own helpers
-(``pytensor.link.numba.dispatch.vectorize_codegen``), so error messages, inplace handling
-and reference counting are the stock backend's. The loop nest and the scalar body are
-emitted here.
+One emitter serves every kernel node type: plain elemwise loops, loops with native
+scalar inputs (ScalarizedElemwise), fused reductions (FusedElemwise) and plain
+reductions (CAReduce, where the body is the identity). Shape checks reuse PyTensor's
+``compute_itershape`` so runtime broadcast errors are the stock backend's.
 """
 
 from __future__ import annotations
@@ -14,36 +14,52 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
-from pytensor.link.numba.dispatch.vectorize_codegen import (
-    _codegen_return_outputs,
-    compute_itershape,
-    make_outputs,
-)
+from pytensor.link.numba.dispatch.vectorize_codegen import compute_itershape
+
+from ptnumba_codegen.lowering.stamp import stamp
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """An output accumulated over ``axes`` (kept with size 1 in the loop's output buffer)."""
+
+    op: str  # Add, Mul, Maximum, Minimum, AND, OR, XOR
+    axes: tuple[int, ...]
+    identity: object  # a Python scalar, already valid in acc_dtype
+    acc_dtype: str
+    flags: tuple[str, ...]  # fast-math flags of the accumulating instructions
+    scalar_acc: bool  # every axis reduced: accumulate in a register, return a scalar
 
 
 @dataclass(frozen=True)
 class LoopSpec:
-    """Everything static about one elemwise loop (part of the cache key)."""
+    """Everything static about one loop (part of the cache key)."""
 
-    input_bc: tuple[tuple[bool, ...], ...]
-    output_bc: tuple[tuple[bool, ...], ...]
-    output_dtypes: tuple[str, ...]
-    inplace: tuple[tuple[int, int], ...]  # (output index, input index)
+    ndim: int
+    input_bc: tuple[tuple[bool, ...] | None, ...]  # None marks a native scalar input
+    output_bc: tuple[tuple[bool, ...], ...]  # reduced axes are True (keepdims)
+    output_dtypes: tuple[str, ...]  # stored dtype: the accumulator's for reductions
+    inplace: tuple[tuple[int, int], ...] = ()  # (output index, input index)
+    reduces: tuple[Reduce | None, ...] | None = None
 
-    @property
-    def ndim(self) -> int:
-        return len(self.output_bc[0]) if self.output_bc else 0
+    def reduce_of(self, i) -> Reduce | None:
+        return None if self.reduces is None else self.reduces[i]
 
     def output_types(self, input_types) -> list[types.Type]:
         inplace = dict(self.inplace)
-        return [
-            input_types[inplace[i]]
-            if i in inplace
-            else types.Array(numba.from_dtype(np.dtype(dt)), self.ndim, "C")
-            for i, dt in enumerate(self.output_dtypes)
-        ]
+        out = []
+        for i, dt in enumerate(self.output_dtypes):
+            red = self.reduce_of(i)
+            if red is not None and red.scalar_acc:
+                out.append(numba.from_dtype(np.dtype(dt)))
+            elif i in inplace:
+                out.append(input_types[inplace[i]])
+            else:
+                out.append(types.Array(numba.from_dtype(np.dtype(dt)), self.ndim, "C"))
+        return out
 
 
 class _AliasScopes:
@@ -68,10 +84,9 @@ class _AliasScopes:
             instr.set_metadata("alias.scope", self.input_set)
             instr.set_metadata("noalias", self.output_set)
         else:
-            instr.set_metadata("alias.scope", self.out_alias[out])
-            instr.set_metadata("noalias", self.out_noalias[out])
+            self.tag_output(instr, out)
 
-    def tag_store(self, instr, output_index):
+    def tag_output(self, instr, output_index):
         instr.set_metadata("alias.scope", self.out_alias[output_index])
         instr.set_metadata("noalias", self.out_noalias[output_index])
 
@@ -90,60 +105,147 @@ def _item_pointer(context, builder, array, array_type, indices):
     )
 
 
-def emit_elemwise_loop(
+def combine(builder, op: str, ty: types.Type, left, right):
+    """One accumulation step with stock semantics (max/min propagate NaN)."""
+    is_float = isinstance(ty, types.Float)
+    if op == "Add":
+        return builder.fadd(left, right) if is_float else builder.add(left, right)
+    if op == "Mul":
+        return builder.fmul(left, right) if is_float else builder.mul(left, right)
+    if op == "AND":
+        return builder.and_(left, right)
+    if op == "OR":
+        return builder.or_(left, right)
+    if op == "XOR":
+        return builder.xor(left, right)
+    if op in ("Maximum", "Minimum"):
+        cmp = "<" if op == "Maximum" else ">"
+        if is_float:
+            take = builder.or_(builder.fcmp_ordered(cmp, left, right), builder.fcmp_unordered("uno", right, right))
+        elif isinstance(ty, types.Integer) and not ty.signed:
+            take = builder.icmp_unsigned(cmp, left, right)
+        else:
+            take = builder.icmp_signed(cmp, left, right)
+        return builder.select(take, right, left)
+    raise NotImplementedError(op)
+
+
+def emit_loop(
     context,
     builder,
     spec: LoopSpec,
     input_types,
     input_values,
     body: Callable[[list], list],
+    body_output_types,
 ):
-    """Emit the whole elemwise kernel; ``body(scalars) -> scalars`` emits one element."""
-    arrays = [
-        arrayobj.make_array(ty)(context, builder, val)
-        for ty, val in zip(input_types, input_values, strict=True)
-    ]
-    in_shapes = [cgutils.unpack_tuple(builder, a.shape) for a in arrays]
-    iter_shape = compute_itershape(context, builder, in_shapes, spec.input_bc, None)
-    outputs, output_types = make_outputs(
-        context,
-        builder,
-        iter_shape,
-        spec.output_bc,
-        spec.output_dtypes,
-        spec.inplace,
-        arrays,
-        input_types,
-        [[] for _ in spec.output_dtypes],
-    )
-    scopes = _AliasScopes(builder, len(outputs), spec.inplace)
-    zero = context.get_constant(types.intp, 0)
+    """Emit the whole kernel. ``body(scalars) -> scalars`` emits one element.
 
+    Returns the LLVM value of the kernel's result (one output, or a tuple).
+    """
+    one = context.get_constant(types.intp, 1)
+    zero = context.get_constant(types.intp, 0)
+    arrays = {
+        k: arrayobj.make_array(ty)(context, builder, val)
+        for k, (ty, val, bc) in enumerate(zip(input_types, input_values, spec.input_bc, strict=True))
+        if bc is not None
+    }
+    if arrays:
+        iter_shape = compute_itershape(
+            context,
+            builder,
+            [cgutils.unpack_tuple(builder, a.shape) for a in arrays.values()],
+            tuple(spec.input_bc[k] for k in arrays),
+            None,
+        )
+    else:
+        iter_shape = [one] * spec.ndim
+
+    output_types = spec.output_types(input_types)
+    inplace = dict(spec.inplace)
+    outputs = []  # array structs, or alloca'd accumulators for scalar reductions
+    for i, (ty, bc) in enumerate(zip(output_types, spec.output_bc, strict=True)):
+        red = spec.reduce_of(i)
+        if red is not None and red.scalar_acc:
+            acc = cgutils.alloca_once(builder, context.get_value_type(ty))
+            builder.store(context.get_constant(ty, red.identity), acc)
+            outputs.append(acc)
+        elif i in inplace:
+            outputs.append(arrays[inplace[i]])
+        else:
+            shape = [one if b else length for length, b in zip(iter_shape, bc, strict=True)]
+            array = arrayobj._empty_nd_impl(context, builder, ty, shape)
+            if red is not None:
+                _fill(context, builder, array, ty, shape, red.identity)
+            outputs.append(array)
+    if not spec.inplace:
+        builder.function.args[0].add_attribute("noalias")
+
+    scopes = _AliasScopes(builder, len(outputs), spec.inplace)
     loops = [cgutils.for_range(builder, length) for length in iter_shape]
     indices = [loop.__enter__().index for loop in loops]
 
     scalars = []
-    for k, (arr, ty, bc) in enumerate(zip(arrays, input_types, spec.input_bc, strict=True)):
+    for k, (ty, val, bc) in enumerate(zip(input_types, input_values, spec.input_bc, strict=True)):
+        if bc is None:
+            scalars.append(val)
+            continue
         idx = [zero if b else i for i, b in zip(indices, bc, strict=True)]
-        raw = builder.load(_item_pointer(context, builder, arr, ty, idx))
-        scalars.append(context.data_model_manager[ty.dtype].from_data(builder, raw))
+        raw = builder.load(_item_pointer(context, builder, arrays[k], ty, idx))
         scopes.tag_load(raw, k)
+        scalars.append(context.data_model_manager[ty.dtype].from_data(builder, raw))
 
     results = body(scalars)
 
-    for k, (arr, ty, bc, val) in enumerate(zip(outputs, output_types, spec.output_bc, results, strict=True)):
-        idx = [zero if b else i for i, b in zip(indices, bc, strict=True)]
-        data = context.data_model_manager[ty.dtype].as_data(builder, val)
-        scopes.tag_store(builder.store(data, _item_pointer(context, builder, arr, ty, idx)), k)
+    for i, (out, ty, bc, val, val_ty) in enumerate(
+        zip(outputs, output_types, spec.output_bc, results, body_output_types, strict=True)
+    ):
+        red = spec.reduce_of(i)
+        if red is not None and red.scalar_acc:
+            with stamp(builder, red.flags):
+                val = context.cast(builder, val, val_ty, ty)
+                builder.store(combine(builder, red.op, ty, builder.load(acc_ptr := out), val), acc_ptr)
+            continue
+        idx = [zero if b else j for j, b in zip(indices, bc, strict=True)]
+        ptr = _item_pointer(context, builder, out, ty, idx)
+        model = context.data_model_manager[ty.dtype]
+        if red is not None:
+            with stamp(builder, red.flags):
+                val = context.cast(builder, val, val_ty, ty.dtype)
+                old = builder.load(ptr)
+                scopes.tag_output(old, i)
+                val = combine(builder, red.op, ty.dtype, model.from_data(builder, old), val)
+        scopes.tag_output(builder.store(model.as_data(builder, val), ptr), i)
 
     for loop in reversed(loops):
         loop.__exit__(None, None, None)
 
-    return _codegen_return_outputs(context, builder, _ReturnSig(output_types), outputs, spec.inplace)
+    values = []
+    for i, (out, ty) in enumerate(zip(outputs, output_types, strict=True)):
+        red = spec.reduce_of(i)
+        if red is not None and red.scalar_acc:
+            values.append(builder.load(out))
+            continue
+        value = out._getvalue()
+        if i in inplace:
+            context.nrt.incref(builder, ty, value)
+        values.append(value)
+    if len(values) == 1:
+        return values[0]
+    return context.make_tuple(builder, types.Tuple(output_types), values)
 
 
-class _ReturnSig:
-    """The part of a numba Signature `_codegen_return_outputs` reads."""
+def _fill(context, builder, array, array_type, shape, value):
+    """Pre-fill a fresh C-contiguous buffer with a reduction identity."""
+    n = context.get_constant(types.intp, 1)
+    for length in shape:
+        n = builder.mul(n, length)
+    ident = context.get_constant(array_type.dtype, value)
+    elem = array.data.type.pointee
+    if ident.type != elem:  # bool: i1 value, i8 in memory
+        ident = builder.zext(ident, elem)
+    with cgutils.for_range(builder, n) as loop:
+        builder.store(ident, builder.gep(array.data, [loop.index]))
 
-    def __init__(self, output_types):
-        self.return_type = output_types[0] if len(output_types) == 1 else types.Tuple(output_types)
+
+__all__ = ["LoopSpec", "Reduce", "combine", "emit_loop", "ir"]

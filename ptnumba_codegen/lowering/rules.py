@@ -45,10 +45,14 @@ Emitter = Callable[..., list]  # (context, builder, args, flags) -> output value
 
 @dataclass(frozen=True)
 class Typed:
-    """The numba types one instruction is lowered with."""
+    """The numba types one instruction is lowered with (and its policy context)."""
 
     inputs: tuple[types.Type, ...]
     outputs: tuple[types.Type, ...]
+    flags: tuple[str, ...] = ()
+    klass: str = ""
+    policy: object = None  # the Policy; rules with inner programs plan them with it
+    op: object = None  # the scalar op itself (rules that read its inner graph)
 
 
 SUPPORTED_KINDS = "biuf"  # bool, signed, unsigned, float (no complex, no float16)
@@ -344,14 +348,51 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     psm.Erfc: python(_erfc),
 }
 
-# Ops the generator leaves to the stock implementation (whole node falls back).
-NOT_LOWERED: dict[type, str] = {
-    ps.Composite: "nested Composite is inlined by the Program, never lowered directly",
-}
+def stock_call(op):
+    """Call the stock backend's own numba function for this scalar op from the kernel.
+
+    For ops without a row in RULES (scipy.special functions, ...): the loop and every
+    other instruction stay ours; this one call is compiled by the stock funcify with
+    fastmath on only if the instruction's flags include PyTensor's whole set.
+    """
+
+    def plan(t: Typed) -> Emitter:
+        from pytensor import config
+        from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+        from pytensor.scalar.basic import ScalarType
+
+        from ptnumba_codegen.flags import PYTENSOR_FLAGS
+
+        node = op.make_node(*[ScalarType(str(ty))() for ty in t.inputs])
+        fast = set(t.flags) >= PYTENSOR_FLAGS
+        try:
+            with config.change_flags(numba__fastmath=fast):
+                fn, key = numba_funcify_and_cache_key(op, node=node)
+        except Exception as err:
+            raise Unsupported(f"stock lowering of {type(op).__name__} failed: {err}") from None
+        if getattr(fn, "__wrapped__", None) is None and not hasattr(fn, "py_func"):
+            raise Unsupported(f"stock lowering of {type(op).__name__} is not a numba function")
+        out_ty = numba_type(node.outputs[0].type.dtype)
+
+        def emit(context, builder, args, flags):
+            typingctx = context.typing_context
+            fnty = typingctx.resolve_value_type(fn)
+            arg_types = tuple(numba_type(i.type.dtype) for i in node.inputs)
+            sig = fnty.get_call_type(typingctx, arg_types, {})
+            cast = [_cast(context, builder, a, f, w) for a, f, w in zip(args, t.inputs, arg_types)]
+            res = context.get_function(fnty, sig)(builder, cast)
+            return [_cast(context, builder, res, sig.return_type, t.outputs[0])]
+
+        emit.stock_key = (key, fast)
+        return emit
+
+    plan.kind = "stock"
+    return plan
 
 
 def find_rule(op) -> Callable[[Typed], Emitter]:
-    """The rule for ``op``: a RULES row (by class MRO) or its numpy ``nfunc_spec`` ufunc."""
+    """The rule for ``op``: a RULES row (by class MRO), its numpy ``nfunc_spec`` ufunc, or
+    a call of the stock backend's function for it."""
     for cls in type(op).__mro__:
         if cls in RULES:
             return RULES[cls]
@@ -360,19 +401,24 @@ def find_rule(op) -> Callable[[Typed], Emitter]:
         np_func = getattr(np, spec[0], None)
         if isinstance(np_func, np.ufunc) and np_func in ufunc_db.get_ufuncs():
             return ufunc(np_func)
-    raise Unsupported(f"no lowering rule for scalar op {type(op).__name__}")
+    return stock_call(op)
 
 
-def plan_instr(op, in_dtypes, out_dtypes) -> Emitter:
+def plan_instr(op, in_dtypes, out_dtypes, *, flags=(), klass="", policy=None) -> Emitter:
     """Plan one instruction; raises Unsupported with a readable reason."""
-    if len(out_dtypes) != 1:
+    t = Typed(
+        tuple(map(numba_type, in_dtypes)),
+        tuple(map(numba_type, out_dtypes)),
+        tuple(flags),
+        klass,
+        policy,
+        op,
+    )
+    rule = find_rule(op)
+    if len(out_dtypes) != 1 and not getattr(rule, "multi_output", False):
         raise Unsupported(f"{type(op).__name__} has {len(out_dtypes)} outputs")
-    t = Typed(tuple(map(numba_type, in_dtypes)), tuple(map(numba_type, out_dtypes)))
-    return find_rule(op)(t)
+    return rule(t)
 
 
 def rule_kind(op) -> str:
-    try:
-        return find_rule(op).kind
-    except Unsupported:
-        return "unsupported"
+    return find_rule(op).kind

@@ -40,6 +40,11 @@ def set_flags(instr: ir.Instruction, flags: tuple[str, ...]) -> bool:
     return False
 
 
+# The "already there" sets of the stamps currently open, innermost last: an inner stamp
+# (e.g. the body of a ScalarLoop) claims its instructions so the outer one leaves them.
+_OPEN: list[set[int]] = []
+
+
 @contextmanager
 def stamp(builder: ir.IRBuilder, flags: tuple[str, ...], record: list | None = None):
     """Flag every float instruction emitted inside the ``with`` block.
@@ -49,7 +54,14 @@ def stamp(builder: ir.IRBuilder, flags: tuple[str, ...], record: list | None = N
     """
     function = builder.function
     before = {id(i) for i in _instructions(function)}
-    yield
-    for instr in _instructions(function):
-        if id(instr) not in before and set_flags(instr, flags) and record is not None:
+    _OPEN.append(before)
+    try:
+        yield
+    finally:
+        _OPEN.pop()
+    new = [i for i in _instructions(function) if id(i) not in before]
+    for instr in new:
+        if set_flags(instr, flags) and record is not None:
             record.append((instr.opname, tuple(flags)))
+    for outer in _OPEN:
+        outer.update(id(i) for i in new)
