@@ -86,11 +86,18 @@ def _max_rel_err(out, ref) -> float:
     return float(np.nanmax(err, initial=0.0)) if err.size else 0.0
 
 
-def _compile_all(workload, backends, cells) -> dict:
+def _compile_all(workload, backends, cells, copies=1) -> dict:
+    """``{backend: [callable, ...]}``: ``copies`` separately compiled functions per backend.
+
+    Every copy is a fresh graph and a fresh ``pytensor.function`` (numba disk cache on), so
+    its machine code lands at a new address. On this class of machine (2 vCPUs shared
+    with other jobs) the *same* kernel runs up to ~2x slower or faster depending on
+    where its code sits; timing several copies keeps one unlucky placement from being
+    read as a backend difference."""
     fns = {}
     for b in backends:
         try:
-            fns[b] = wl.caller(wl.compile_workload(workload, b), b)
+            fns[b] = [wl.caller(wl.compile_workload(workload, b), b) for _ in range(max(1, copies))]
         except Exception:
             cells[b].error = traceback.format_exc()
             log.error("%s / %s: compilation failed:\n%s", workload.key, b, cells[b].error)
@@ -99,9 +106,11 @@ def _compile_all(workload, backends, cells) -> dict:
 
 def _run_once(workload, fns, vals, cells, tag) -> dict:
     outs = {}
-    for b, fn in list(fns.items()):
+    for b, copies in list(fns.items()):
         try:
-            outs[b] = np.asarray(fn(*vals))
+            outs[b] = np.asarray(copies[0](*vals))
+            for fn in copies[1:]:
+                fn(*vals)
         except Exception:
             cells[b].error = traceback.format_exc()
             log.error("%s / %s: call failed (%s):\n%s", workload.key, b, tag, cells[b].error)
@@ -128,7 +137,8 @@ def _check(workload, outs, cells, rtol, atol):
 def _calls_per_sample(fns, vals, target: float) -> int:
     """Calls per timing sample so the fastest backend's sample lasts about ``target`` s."""
     fastest = math.inf
-    for fn in fns.values():
+    for copies in fns.values():
+        fn = copies[0]
         t0 = time.perf_counter()
         fn(*vals)
         fastest = min(fastest, time.perf_counter() - t0)
@@ -141,7 +151,8 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def _interleaved(fns, vals, repeat, target, clock=time.perf_counter) -> dict[str, list[float]]:
-    """Per-call seconds: ``repeat`` samples per backend, backends interleaved and rotated."""
+    """Per-call seconds: ``repeat`` samples per backend, backends interleaved and rotated;
+    rep ``r`` of a backend runs its copy ``r % len(copies)``."""
     number = _calls_per_sample(fns, vals, target)
     names = list(fns)
     samples = {b: [] for b in names}
@@ -151,7 +162,8 @@ def _interleaved(fns, vals, repeat, target, clock=time.perf_counter) -> dict[str
         for rep in range(repeat):
             k = rep % len(names)
             for b in names[k:] + names[:k]:
-                fn = fns[b]
+                copies = fns[b]
+                fn = copies[rep % len(copies)]
                 t0 = clock()
                 for _ in range(number):
                     fn(*vals)
@@ -206,6 +218,7 @@ def run(
     atol: float,
     target: float = 0.002,
     clock: str = "wall",
+    copies: int = 4,
 ) -> dict[str, dict[str, Cell]]:
     timer = CLOCKS[clock]
     results: dict[str, dict[str, Cell]] = {}
@@ -216,13 +229,13 @@ def run(
         cells = {b: Cell() for b in backends}
         results[w.key] = cells
         log.info("%s (%s): compiling under %s", w.key, w.label, ", ".join(backends))
-        fns = _compile_all(w, backends, cells)
+        fns = _compile_all(w, backends, cells, copies)
         vals = w.make_inputs(n)
         outs = _run_once(w, fns, vals, cells, f"n={n}")
         _check(w, outs, cells, rtol, atol)
         del outs
         if fns:
-            log.info("%s: timing n=%d, %d interleaved reps", w.key, n, repeat)
+            log.info("%s: timing n=%d, %d interleaved reps over %d copies", w.key, n, repeat, copies)
             for b, s in _interleaved(fns, vals, repeat, target, timer).items():
                 cells[b].times = s
         if per_call_n and fns:
@@ -356,6 +369,7 @@ def to_json(results, args, backends) -> dict:
             "repeat": args.repeat,
             "per_call_n": args.per_call_n,
             "clock": args.clock,
+            "copies": args.copies,
             "compile_repeat": args.compile_repeat if not args.no_compile_time else 0,
             "backends": list(backends),
             "python": sys.version,
@@ -374,6 +388,11 @@ def to_json(results, args, backends) -> dict:
                     b: {
                         "median_s": c.median,
                         "times_s": c.times,
+                        # sample r ran copy r % copies
+                        "copy_medians_s": [
+                            statistics.median(c.times[i :: args.copies])
+                            for i in range(min(args.copies, len(c.times)))
+                        ],
                         "tiny_median_s": c.tiny_median,
                         "tiny_times_s": c.tiny_times,
                         "compile_median_s": c.compile_median,
@@ -439,7 +458,8 @@ def parse_args(argv):
     p.add_argument("--workloads", default=None, help="comma-separated workload keys or labels: " + ",".join(wl.WORKLOADS))
     p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: policy_fast")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if importable")
-    p.add_argument("--repeat", type=int, default=41, help="interleaved timing reps per backend (default 41; 4x that at --per-call-n)")
+    p.add_argument("--repeat", type=int, default=48, help="interleaved timing samples per backend, spread over the copies (default 48; 4x that at --per-call-n)")
+    p.add_argument("--copies", type=int, default=4, help="separately compiled copies per backend, timed in turn (default 4; see _compile_all)")
     p.add_argument("--per-call-n", type=int, default=100, help="also time calls at this tiny n to show call overhead; 0 disables (default 100)")
     p.add_argument("--no-compile-time", action="store_true", help="skip first-compile measurements")
     p.add_argument("--compile-repeat", type=int, default=3, help="uncached compiles per backend per workload (default 3)")
@@ -455,6 +475,8 @@ def parse_args(argv):
         p.error("--n must be >= 1")
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
+    if args.copies < 1:
+        p.error("--copies must be >= 1")
     return args
 
 
@@ -509,6 +531,7 @@ def main(argv=None) -> int:
         rtol=args.rtol,
         atol=args.atol,
         clock=args.clock,
+        copies=args.copies,
     )
     print(
         table(
