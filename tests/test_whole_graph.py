@@ -1,0 +1,172 @@
+"""Issue 3: every kernel node type is generated under the policy, and sensitivity crosses
+node boundaries (a value compared in one node is strict where it is computed)."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.builders import OpFromGraph
+from pytensor.scalar.basic import ScalarOp
+from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
+from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwise
+
+import ptnumba_codegen
+from conftest import compile_fn, final_ir
+from test_seed_and_ir import BV as SEED_BV
+from test_seed_and_ir import EXPECTED
+from test_seed_and_ir import WV as SEED_WV
+from test_seed_and_ir import XV as SEED_XV
+from test_seed_and_ir import YV as SEED_YV
+from test_seed_and_ir import ZV as SEED_ZV
+from irtools import parse
+from ptnumba_codegen.flags import PYTENSOR_FLAGS
+from ptnumba_codegen.ops import is_policy_op
+
+KERNEL_TYPES = (Elemwise, FusedElemwise, ScalarizedElemwise, CAReduce, ScalarCAReduce, ScalarOp)
+
+rng = np.random.default_rng(7)
+XV, YV, ZV, WV = (rng.uniform(0.5, 2.0, 33) for _ in range(4))
+BV = ((XV * YV) * ZV) * WV  # exact ties with the left-associated product
+MV = rng.standard_normal((6, 9))
+
+
+def sequential_sum(v):
+    acc = 0.0
+    for e in v:
+        acc += e
+    return acc
+
+
+def vecs():
+    return pt.vectors("x", "y", "z", "w", "b")
+
+
+def table_graphs():
+    x, y, z, w, b = vecs()
+    X = pt.matrix("X")
+    c = pt.vector("c")
+    return {
+        "sq_diff_sum": ([x, y], ((x - y) ** 2).sum(), [XV, YV]),
+        "grad_minimum_x_b": ([x, y, z, w, b], pytensor.grad(pt.minimum(x * y * z * w, b).sum(), [x, b]), [XV, YV, ZV, WV, BV]),
+        "grad_clip": ([x, y, z, w, b], pytensor.grad(pt.clip(x * y * z * w, -1e9, b[0]).sum(), x), [SEED_XV, SEED_YV, SEED_ZV, SEED_WV, SEED_BV]),
+        "logsumexp": ([X], pt.logsumexp(X, axis=1), [MV]),
+        "logsumexp_grad": ([X], pytensor.grad(pt.logsumexp(X, axis=1).sum(), X), [MV]),
+        "softmax": ([X], pt.special.softmax(X, axis=-1), [MV]),
+        "x_over_sum": ([x], x / x.sum(), [XV]),
+        "gammainc_grad": ([x, y], pytensor.grad(pt.gammainc(x, y).sum(), x), [XV * 3, YV * 2]),
+        "eq_sum": ([x, y, z, w, b], pt.eq(x * y * z * w, b).sum(), [XV, YV, ZV, WV, BV]),
+        "le_sum": ([x, y, z, w, b], (x * y * z * w <= b).sum(), [XV, YV, ZV, WV, BV]),
+        "eq_dot_sum": ([x, y, c], pt.eq((x * y).sum(), c[0]), [XV, YV, np.array([sequential_sum(XV * YV)])]),
+        "careduces": ([X], [X.max(), X.min(axis=0), X.sum(axis=1), pt.prod(X, axis=0), (X > 0).all(axis=1), (X > 1).any()], [MV]),
+    }
+
+
+GRAPHS = table_graphs()
+
+
+def compiled(name, backend):
+    ins, out, _ = GRAPHS[name]
+    return compile_fn(ins, out, backend, cache_key=("table", name))
+
+
+def as_list(res):
+    return list(res) if isinstance(res, list | tuple) else [res]
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_every_float_kernel_is_generated_and_matches_stock_strict(name):
+    fn = compiled(name, "policy_default")
+    kernels = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, KERNEL_TYPES)]
+    assert kernels
+    for node in kernels:
+        assert is_policy_op(node.op), f"{type(node.op).__name__} was not handed to the generator"
+        assert ptnumba_codegen.fallback_reason(node) is None, (node, ptnumba_codegen.fallback_reason(node))
+    _, _, vals = GRAPHS[name]
+    ref = as_list(compiled(name, "stock_strict")(*vals))
+    res = as_list(fn(*vals))
+    for a, b in zip(res, ref, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        if a.dtype.kind in "biu":
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_array_equal(a == 0, b == 0)
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+
+
+def test_clip_example():
+    vals = GRAPHS["grad_clip"][2]
+    assert compiled("grad_clip", "stock_fast")(*vals)[0] == 0.0  # the stock bug
+    np.testing.assert_allclose(compiled("grad_clip", "c")(*vals), [EXPECTED], rtol=1e-10)
+    np.testing.assert_allclose(compiled("grad_clip", "policy_default")(*vals), [EXPECTED], rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["eq_sum", "le_sum", "eq_dot_sum"])
+def test_ties_through_reductions_equal_strict(name):
+    vals = GRAPHS[name][2]
+    strict = compiled(name, "stock_strict")(*vals)
+    assert np.asarray(strict).item() != 0  # the ties are ties under strict
+    np.testing.assert_array_equal(compiled(name, "policy_default")(*vals), strict)
+
+
+def test_cross_node_comparison_makes_the_producer_strict():
+    x, y, z, w, b = vecs()
+    p = x * y * z * w
+    # reshape + a non-elemwise op between the product and the comparison
+    q = p.reshape((-1, 1))
+    out = pt.switch(pt.le(q, b[:, None]), 1.0, 0.0).sum() + pt.dot(p, p)
+    fn = compile_fn([x, y, z, w, b], out, "policy_default", cache_key="crossnode")
+    producers = [n for n in fn.maker.fgraph.toposort() if is_policy_op(n.op) and n.op.sensitive_outputs]
+    assert producers, "no node was told its output is compared elsewhere"
+    ref = compile_fn([x, y, z, w, b], out, "stock_strict", cache_key="crossnode")
+    vals = [XV, YV, ZV, WV, BV]
+    np.testing.assert_allclose(fn(*vals), ref(*vals), rtol=1e-12)
+
+
+def test_reduction_result_compared_is_strict_and_sums_stay_fast():
+    x, y, c = pt.vectors("x", "y", "c")
+    fns = {
+        name: compile_fn(ins, out, "policy_default", inspect_ir=True, cache_key=("redir", name))
+        for name, ins, out in [("sum", [x], x.sum()), ("compared", [x, y, c], pt.eq((x * y).sum(), c[0]))]
+    }
+    fns["sum"](XV)
+    fns["compared"](XV, YV, np.array([1.0]))
+    fast = [i for t in parse(final_ir(fns["sum"])) for i in t.values() if i.opcode == "fadd"]
+    assert fast and all(i.flags == PYTENSOR_FLAGS for i in fast)
+    assert any("<" in i.text for i in fast), "the fast sum should be vectorized"
+    strict = [i for t in parse(final_ir(fns["compared"])) for i in t.values() if i.opcode in ("fadd", "fmul")]
+    assert strict and all(not i.flags for i in strict)
+
+
+def test_scan_and_opfromgraph_inner_kernels_are_generated():
+    x, y = pt.vectors("x", "y")
+    a, b = pt.vectors("a", "b")
+    ofg = OpFromGraph([a, b], [pt.exp(a) * b + pt.minimum(a * b * a, b)])
+    res, _ = pytensor.scan(lambda xi, acc: acc * xi + pt.exp(xi), sequences=[x], outputs_info=[pt.zeros(())])
+    outs = [ofg(x, y), res[-1]]
+    fn = compile_fn([x, y], outs, "policy_default", cache_key="inner")
+    inner_kernels = []
+    for node in fn.maker.fgraph.toposort():
+        inner = getattr(node.op, "fgraph", None)
+        if inner is not None and not isinstance(node.op, KERNEL_TYPES):
+            inner_kernels += [n for n in inner.toposort() if isinstance(n.op, KERNEL_TYPES)]
+    assert inner_kernels and all(is_policy_op(n.op) for n in inner_kernels)
+    vals = [np.linspace(0, 1, 5), np.linspace(1, 2, 5)]
+    ref = compile_fn([x, y], outs, "stock_strict", cache_key="inner")(*vals)
+    for a, b in zip(fn(*vals), ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_indexed_fused_elemwise_falls_back_with_a_reason():
+    x = pt.vector("x")
+    idx = pt.vector("idx", dtype="int64")
+    out = pt.exp(x[idx]).sum()
+    fn = compile_fn([x, idx], out, "policy_default", cache_key="indexed")
+    fused = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, FusedElemwise)]
+    if not fused:
+        pytest.skip("pytensor did not fuse the indexed read here")
+    assert all(is_policy_op(n.op) for n in fused)
+    assert any("indexed" in (ptnumba_codegen.fallback_reason(n) or "") for n in fused)
+    vals = [np.linspace(0, 1, 7), np.array([0, 3, 6, 3])]
+    np.testing.assert_allclose(fn(*vals), np.exp(vals[0][vals[1]]).sum(), rtol=1e-12)
