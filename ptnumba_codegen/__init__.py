@@ -13,6 +13,7 @@ from ptnumba_codegen.rewrite import TAG, PolicyCodegen, policy_mode
 
 from ptnumba_codegen import dispatch as _dispatch  # noqa: E402  (registers numba lowering)
 from ptnumba_codegen.dispatch import fallback_reason
+from ptnumba_codegen.explain import explain
 
 __all__ = [
     "ENV_VAR",
@@ -22,6 +23,7 @@ __all__ = [
     "PolicyCodegen",
     "PolicyError",
     "__version__",
+    "explain",
     "fallback_reason",
     "load_policy",
     "policy_mode",

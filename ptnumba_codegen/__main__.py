@@ -7,6 +7,7 @@ import sys
 COMMANDS = {
     "demo": ("ptnumba_codegen.demo", "the seed example under stock numba and each policy, plus a speed table"),
     "bench": ("ptnumba_codegen.bench", "side-by-side benchmark table (see `bench --help`)"),
+    "explain": ("ptnumba_codegen.explain", "classes, flags and lowering of each kernel of a function (--ir: final IR)"),
 }
 
 
