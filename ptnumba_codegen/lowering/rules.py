@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba.core import compiler, types
 from numba.core.cpu_options import FastMathOptions
 from numba.core.registry import cpu_target
@@ -78,8 +79,56 @@ def _cast(context, builder, val, from_ty, to_ty):
 # -- rule kinds -------------------------------------------------------------------------
 
 
-def ufunc(np_ufunc) -> Callable[[Typed], Emitter]:
-    """Lower through the ufunc loop numba selects for these input types."""
+def vector_dtype(t: Typed, names, loop_types, bound: float | None = None) -> str | None:
+    """The float dtype to call the libmvec variants of ``names`` in, if the policy allows.
+
+    Allowed when the instruction is outside every comparison cone, its (loop) types are
+    one float dtype, every variant exists on this target, and the error bound (the
+    variant's measured bound, or ``bound`` for a composite formula) fits the policy's
+    ``max_ulp`` for this op (the class budget, or the op override's).
+    """
+    from ptnumba_codegen.flags import COMPARISON_SENSITIVE
+    from ptnumba_codegen.lowering.vector_math import ulp_bound, vector_call_available
+
+    if t.policy is None or t.op is None or t.klass in ("", COMPARISON_SENSITIVE):
+        return None
+    dtypes = {str(ty) for ty in loop_types}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in ("float32", "float64"):
+        return None
+    dtype = dtypes.pop()
+    names = (names,) if isinstance(names, str) else tuple(names)
+    if bound is None:
+        bounds = [ulp_bound(n, dtype) for n in names]
+        if None in bounds:
+            return None
+        bound = max(bounds)
+    budget = t.policy.rule_for(t.klass, type(t.op).__name__).max_ulp
+    if budget < bound or not all(vector_call_available(n, dtype) for n in names):
+        return None
+    return dtype
+
+
+# Results libm gives as +NaN where the vector variant gives -NaN (f64 log of negatives).
+_CANONICAL_NAN = {("log", "float64")}
+
+
+def _emit_vector(context, builder, name, dtype, args):
+    from ptnumba_codegen.lowering.vector_math import vector_call
+
+    res = vector_call(builder, name, args, dtype)
+    if (name, dtype) in _CANONICAL_NAN:
+        arg_nan = builder.fcmp_unordered("uno", args[0], args[0])
+        res_nan = builder.fcmp_unordered("uno", res, res)
+        fix = builder.and_(res_nan, builder.not_(arg_nan))
+        res = builder.select(fix, ir.Constant(res.type, float("nan")), res)
+    return res
+
+
+def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
+    """Lower through the ufunc loop numba selects for these input types.
+
+    ``vector`` names the libmvec function this ufunc may be lowered to (see vector_dtype).
+    """
     table = ufunc_db.get_ufunc_info(np_ufunc)
 
     def plan(t: Typed) -> Emitter:
@@ -91,12 +140,17 @@ def ufunc(np_ufunc) -> Callable[[Typed], Emitter]:
             raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}")
         kernel = table[loop.ufunc_sig]
         sig = numba.core.typing.signature(loop.outputs[0], *loop.inputs)
+        vdtype = vector and vector_dtype(t, vector, (*loop.inputs, *loop.outputs))
 
         def emit(context, builder, args, flags):
             cast = [_cast(context, builder, a, f, l) for a, f, l in zip(args, t.inputs, loop.inputs)]
-            res = kernel(context, builder, sig, cast)
+            if vdtype:
+                res = _emit_vector(context, builder, vector, vdtype, cast)
+            else:
+                res = kernel(context, builder, sig, cast)
             return [_cast(context, builder, res, loop.outputs[0], t.outputs[0])]
 
+        emit.label = f"libmvec {vector} ({vdtype})" if vdtype else None
         return emit
 
     plan.kind = f"ufunc:{np_ufunc.__name__}"
@@ -317,9 +371,109 @@ def _pick(plans: dict[str, Callable], choose: Callable[[Typed], str]):
     return plan
 
 
+def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula):
+    """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``.
+
+    ``formula`` builds the result with ``vm`` (a `VectorMath` of the chosen dtype); the
+    formulas are branch-free (selects, with safe arguments on the lanes a select drops),
+    so a vectorized loop never takes libmvec's slow per-lane fallback for them.
+    """
+
+    def plan(t: Typed) -> Emitter:
+        dtype = vector_dtype(t, needs, [t.outputs[0]], bound)
+        if dtype is None or len(t.outputs) != 1:
+            return scalar_rule(t)
+        fty = numba_type(dtype)
+
+        def emit(context, builder, args, flags):
+            xs = [_cast(context, builder, a, ty, fty) for a, ty in zip(args, t.inputs)]
+            res = formula(VectorMath(context, builder, dtype), *xs)
+            return [_cast(context, builder, res, fty, t.outputs[0])]
+
+        emit.label = f"libmvec formula using {', '.join(needs)} ({dtype})"
+        return emit
+
+    plan.kind = f"{scalar_rule.kind} | vector formula"
+    return plan
+
+
+class VectorMath:
+    """Tiny IR helpers for the vector formulas (flags are set by the stamp)."""
+
+    def __init__(self, context, builder, dtype):
+        self.b = builder
+        self.dtype = dtype
+        self.ty = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+
+    def const(self, v):
+        return ir.Constant(self.ty, v)
+
+    def call(self, name, *args):
+        return _emit_vector(None, self.b, name, self.dtype, list(args))
+
+    def fabs(self, x):
+        fn = self.b.module.declare_intrinsic("llvm.fabs", [self.ty])
+        return self.b.call(fn, [x])
+
+    def select(self, c, a, b):
+        return self.b.select(c, a, b)
+
+
+def _sigmoid_formula(m: VectorMath, x):
+    b = m.b
+    return b.fdiv(m.const(1.0), b.fadd(m.const(1.0), m.call("exp", b.fneg(x))))
+
+
+def _softplus_formula(m: VectorMath, x):
+    # max(x, 0) + log1p(exp(-|x|)): no overflow, no branch; NaN propagates via the log1p term
+    b = m.b
+    pos = m.select(b.fcmp_ordered(">", x, m.const(0.0)), x, m.const(0.0))
+    return b.fadd(pos, m.call("log1p", m.call("exp", b.fneg(m.fabs(x)))))
+
+
+def _log1mexp_formula(m: VectorMath, x):
+    # stock: x < log(0.5) ? log1p(-exp(x)) : log(-expm1(x)); dropped lanes get -1.0
+    b = m.b
+    small = b.fcmp_ordered("<", x, m.const(np.log(0.5)))
+    xa = m.select(small, x, m.const(-1.0))
+    xb = m.select(small, m.const(-1.0), x)
+    a = m.call("log1p", b.fneg(m.call("exp", xa)))
+    c = m.call("log", b.fneg(m.call("expm1", xb)))
+    return m.select(small, a, c)
+
+
+def _erf_formula(m: VectorMath, x):
+    return m.call("erf", x)
+
+
+def _erfc_formula(m: VectorMath, x):
+    return m.call("erfc", x)
+
+
+def _pow_formula(m: VectorMath, x, y):
+    return m.call("pow", x, y)
+
+
+# Measured error bounds (ulp) of the formulas on top of the variants' own errors
+# (tests/test_vector_math.py checks them against mpmath).
+FORMULA_ULP = {"sigmoid": 4.0, "softplus": 4.0, "log1mexp": 4.0}
+
+
 # -- the table ----------------------------------------------------------------------------
 
+# ufuncs that have a libmvec variant (the policy decides per instruction whether to use it)
+VECTOR_UFUNCS: dict[type, tuple[np.ufunc, str]] = {
+    ps.Exp: (np.exp, "exp"),
+    ps.Log: (np.log, "log"),
+    ps.Log1p: (np.log1p, "log1p"),
+    ps.Expm1: (np.expm1, "expm1"),
+    ps.Tanh: (np.tanh, "tanh"),
+    ps.Sin: (np.sin, "sin"),
+    ps.Cos: (np.cos, "cos"),
+}
+
 RULES: dict[type, Callable[[Typed], Emitter]] = {
+    **{op: ufunc(uf, vector=name) for op, (uf, name) in VECTOR_UFUNCS.items()},
     ps.Add: nary(operator.add),
     ps.Mul: nary(operator.mul),
     ps.Switch: _simple("select", _switch),
@@ -327,7 +481,13 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     ps.Identity: _simple("cast", _cast_rule),
     ps.Second: _simple("cast", _second),
     ps.Clip: python(_clip),
-    ps.Pow: python(_pow, force_strict=_int_exponent),
+    ps.Pow: _pick(
+        {
+            "int": python(_pow, force_strict=_int_exponent),
+            "float": vector_form(python(_pow), ("pow",), None, _pow_formula),
+        },
+        lambda t: "int" if _int_exponent(t) else "float",
+    ),
     ps.Reciprocal: python(_reciprocal),
     ps.RoundHalfToEven: python(_around),
     ps.Sign: _pick(
@@ -335,17 +495,27 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
         lambda t: "uint" if _is_uint(t) else "other",
     ),
     psm.Sigmoid: _pick(
-        {"uint": python(None, for_input=_sigmoid_uint), "other": python(_sigmoid)},
+        {
+            "uint": python(None, for_input=_sigmoid_uint),
+            "other": vector_form(python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], _sigmoid_formula),
+        },
         lambda t: "uint" if _is_uint(t) else "other",
     ),
     psm.Softplus: _pick(
-        {"uint": python(None, for_input=_softplus_uint), "other": python(_softplus)},
+        {
+            "uint": python(None, for_input=_softplus_uint),
+            "other": vector_form(
+                python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], _softplus_formula
+            ),
+        },
         lambda t: "uint" if _is_uint(t) else "other",
     ),
-    psm.Log1mexp: python(_log1mexp),
+    psm.Log1mexp: vector_form(
+        python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula
+    ),
     psm.GammaLn: python(_lgamma),
-    psm.Erf: python(_erf),
-    psm.Erfc: python(_erfc),
+    psm.Erf: vector_form(python(_erf), ("erf",), None, _erf_formula),
+    psm.Erfc: vector_form(python(_erfc), ("erfc",), None, _erfc_formula),
 }
 
 def stock_call(op):

@@ -1,0 +1,164 @@
+"""The vector math tier: scalar calls that LLVM's loop vectorizer turns into glibc libmvec
+calls (``_ZGVeN8v_exp``, ``_ZGVdN4v_exp``, ...).
+
+How a call is emitted (verified on numba 0.68 / LLVM 22 / glibc 2.36):
+
+* the vector variant is declared ``nounwind readnone willreturn`` and kept alive in
+  ``@llvm.compiler.used``;
+* the scalar callee is a ``linkonce_odr noinline`` wrapper that splats its argument, calls
+  the *same* vector variant and returns lane 0 -- so the scalar remainder of a vectorized
+  loop (and a loop that does not vectorize at all) gives bit-identical results to the
+  vector body: an element's result never depends on its position, the array's length or
+  alignment;
+* the call site carries ``"vector-function-abi-variant"`` naming exactly one variant, and
+  the kernel function ``"prefer-vector-width"`` of that variant's width, so the main loop
+  and the vectorized epilogue use one vector width.
+
+The ISA (AVX-512 ``e``, AVX2 ``d``) follows numba's compile target (it honours
+``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``). Without libmvec, without a symbol, or on a
+target without AVX2, `vector_call_available` is False and callers keep scalar libm.
+"""
+
+from __future__ import annotations
+
+import platform
+from functools import cache
+
+import llvmlite.binding as llb
+from llvmlite import ir
+
+LIBMVEC = "libmvec.so.1"
+ISA_BITS = {"d": 256, "e": 512}
+
+# name -> (number of arguments, {dtype: max ulp error of the variant}). The bounds are the
+# measured maxima vs mpmath over both ISAs (tests/test_vector_math.py re-measures them);
+# glibc documents <= 4 ulp for every libmvec function.
+VECTOR_FUNCS: dict[str, tuple[int, dict[str, float]]] = {
+    "exp": (1, {"float64": 3.0, "float32": 3.0}),
+    "log": (1, {"float64": 2.0, "float32": 4.0}),
+    "log1p": (1, {"float64": 2.0, "float32": 2.0}),
+    "expm1": (1, {"float64": 2.5, "float32": 2.5}),
+    "tanh": (1, {"float64": 2.5, "float32": 2.5}),
+    "erf": (1, {"float64": 1.5, "float32": 4.0}),
+    "erfc": (1, {"float64": 1.5, "float32": 2.0}),
+    "sin": (1, {"float64": 3.0, "float32": 2.0}),
+    "cos": (1, {"float64": 3.0, "float32": 2.0}),
+    "pow": (2, {"float64": 1.5, "float32": 1.0}),
+}
+
+
+@cache
+def libmvec_loaded() -> bool:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        llb.load_library_permanently(LIBMVEC)
+    except (RuntimeError, OSError):
+        return False
+    return True
+
+
+def target_isa() -> str | None:
+    """libmvec ISA letter for numba's JIT target: 'e' (AVX-512), 'd' (AVX2) or None."""
+    from numba.core import config
+    from numba.core.codegen import get_host_cpu_features
+
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
+    features = set(features.split(","))
+    if "+avx512f" in features:
+        return "e"
+    if "+avx2" in features:
+        return "d"
+    return None
+
+
+def _lanes(isa: str, dtype: str) -> int:
+    return ISA_BITS[isa] // (32 if dtype == "float32" else 64)
+
+
+def variant_name(name: str, dtype: str, isa: str) -> str:
+    nargs = VECTOR_FUNCS[name][0]
+    return f"_ZGV{isa}N{_lanes(isa, dtype)}{'v' * nargs}_{name}{'f' if dtype == 'float32' else ''}"
+
+
+@cache
+def _symbol_exists(symbol: str) -> bool:
+    return bool(llb.address_of_symbol(symbol))
+
+
+def ulp_bound(name: str, dtype: str) -> float | None:
+    entry = VECTOR_FUNCS.get(name)
+    return None if entry is None else entry[1].get(dtype)
+
+
+def vector_call_available(name: str, dtype: str) -> bool:
+    """Can ``name`` on ``dtype`` be lowered to a libmvec variant on this target?"""
+    if ulp_bound(name, dtype) is None or not libmvec_loaded():
+        return False
+    isa = target_isa()
+    return isa is not None and _symbol_exists(variant_name(name, dtype, isa))
+
+
+def _pure(fn: ir.Function):
+    # llvmlite whitelists attribute names; the underlying set accepts any (LLVM 22 prints
+    # readnone as memory(none)).
+    for attr in ("nounwind", "readnone", "willreturn"):
+        set.add(fn.attributes, attr)
+
+
+def _keep_alive(module: ir.Module, fn: ir.Function):
+    """Append ``fn`` to ``@llvm.compiler.used`` so its declaration survives until vectorization."""
+    ptr = ir.IntType(8).as_pointer()
+    old = module.globals.get("llvm.compiler.used")
+    elems = list(old.initializer.constant) if old is not None else []
+    if old is not None:
+        del module.globals["llvm.compiler.used"]
+        module.scope._useset.discard("llvm.compiler.used")
+    elems.append(fn.bitcast(ptr))
+    arr = ir.ArrayType(ptr, len(elems))
+    gv = ir.GlobalVariable(module, arr, "llvm.compiler.used")
+    gv.linkage = "appending"
+    gv.section = "llvm.metadata"
+    gv.initializer = ir.Constant(arr, elems)
+
+
+def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
+    """Emit a scalar call the loop vectorizer maps onto ``name``'s libmvec variant."""
+    isa = target_isa()
+    module = builder.module
+    fty = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    lanes = _lanes(isa, dtype)
+    vty = ir.VectorType(fty, lanes)
+    nargs = VECTOR_FUNCS[name][0]
+
+    vname = variant_name(name, dtype, isa)
+    vfn = module.globals.get(vname)
+    if vfn is None:
+        vfn = ir.Function(module, ir.FunctionType(vty, [vty] * nargs), vname)
+        _pure(vfn)
+        _keep_alive(module, vfn)
+
+    sname = f"ptnumba_mvec_{name}{'f' if dtype == 'float32' else ''}_{isa}"
+    sfn = module.globals.get(sname)
+    if sfn is None:
+        sfn = ir.Function(module, ir.FunctionType(fty, [fty] * nargs), sname)
+        sfn.linkage = "linkonce_odr"  # not internal: the linker would rename duplicates
+        sfn.attributes.add("noinline")
+        _pure(sfn)
+        b = ir.IRBuilder(sfn.append_basic_block())
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        undef = ir.Constant(vty, ir.Undefined)
+        splats = [
+            b.shuffle_vector(b.insert_element(undef, a, ir.IntType(32)(0)), undef, zeros) for a in sfn.args
+        ]
+        b.ret(b.extract_element(b.call(vfn, splats), ir.IntType(32)(0)))
+
+    attrs = builder.function.attributes
+    if not any(str(a).startswith('"prefer-vector-width"') for a in attrs):
+        set.add(attrs, f'"prefer-vector-width"="{ISA_BITS[isa]}"')
+    call = builder.call(sfn, list(args))
+    set.add(
+        call.attributes,
+        f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}{"v" * nargs}_{sname}({vname})"',
+    )
+    return call
