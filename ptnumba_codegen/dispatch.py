@@ -11,7 +11,7 @@ from pytensor.link.numba.dispatch.basic import (
     register_funcify_and_cache_key,
 )
 
-from ptnumba_codegen._version import GENERATOR_VERSION
+from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
 from ptnumba_codegen.kernels import KernelPlan, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel
@@ -30,7 +30,9 @@ def fallback_reason(node) -> str | None:
 
 
 def cache_key(*parts) -> str:
-    return hashlib.sha256(repr(("ptnumba_codegen", GENERATOR_VERSION, *parts)).encode()).hexdigest()
+    return hashlib.sha256(
+        repr(("ptnumba_codegen", GENERATOR_VERSION, GENERATOR_DIGEST, *parts)).encode()
+    ).hexdigest()
 
 
 def perform_impl(node):

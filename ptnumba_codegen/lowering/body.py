@@ -22,6 +22,10 @@ class PlannedBody:
     emitters: tuple[Emitter, ...]
 
     @property
+    def uses_vector_math(self) -> bool:
+        return any(getattr(e, "label", None) for e in self.emitters)
+
+    @property
     def stock_keys(self) -> tuple:
         """Cache keys of the stock functions this body calls (``None`` inside: uncacheable)."""
         keys = []

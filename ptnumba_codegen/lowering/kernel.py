@@ -105,14 +105,27 @@ def build_kernel(
     raw = ["raw"] if n_out == 1 else [f"raw[{i}]" for i in range(n_out)]
     outs = [f.expr(r) for f, r in zip(finish, raw, strict=True)]
     ret = outs[0] if n_out == 1 else f"({', '.join(outs)},)"
-    src = f"def impl(*inputs):\n    raw = loop(inputs)\n    return {ret}\n"
-    env = {"loop": loop, "np": np, "as_strided": as_strided}
-    exec(compile(src, f"<{name}>", "exec"), env)
-    impl = env["impl"]
+    destroyed = {inp for _out, inp in spec.inplace}
+    # A strided input keeps LLVM from vectorizing the loop; with libmvec calls inside that
+    # costs ~8x, while a contiguous copy costs one pass over memory.
+    copy_strided = planned.uses_vector_math
+
+    def make_impl(input_types):
+        args = []
+        for k, ty in enumerate(input_types):
+            strided = isinstance(ty, types.Array) and ty.layout == "A" and ty.ndim > 0
+            if copy_strided and strided and k not in destroyed:
+                args.append(f"np.ascontiguousarray(inputs[{k}])")
+            else:
+                args.append(f"inputs[{k}]")
+        src = f"def impl(*inputs):\n    raw = loop(({''.join(a + ', ' for a in args)}))\n    return {ret}\n"
+        env = {"loop": loop, "np": np, "as_strided": as_strided}
+        exec(compile(src, f"<{name}>", "exec"), env)
+        return env["impl"]
 
     @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
     def _kernel_overload(*inputs):
-        return impl
+        return make_impl(inputs)
 
     return kernel
 

@@ -121,13 +121,24 @@ def combine(builder, op: str, ty: types.Type, left, right):
     if op in ("Maximum", "Minimum"):
         cmp = "<" if op == "Maximum" else ">"
         if is_float:
-            take = builder.or_(builder.fcmp_ordered(cmp, left, right), builder.fcmp_unordered("uno", right, right))
-        elif isinstance(ty, types.Integer) and not ty.signed:
+            # IEEE-754-2019 maximum/minimum: NaN-propagating, exact, and LLVM vectorizes
+            # their reductions. Equal values keep their value; only max(-0.0, +0.0) = +0.0
+            # (and min = -0.0) may differ in sign from a sequential select.
+            return builder.call(_min_max_intrinsic(builder.module, op, left.type), [left, right])
+        if isinstance(ty, types.Integer) and not ty.signed:
             take = builder.icmp_unsigned(cmp, left, right)
         else:
             take = builder.icmp_signed(cmp, left, right)
         return builder.select(take, right, left)
     raise NotImplementedError(op)
+
+
+def _min_max_intrinsic(module, op: str, ty):
+    name = f"llvm.{'maximum' if op == 'Maximum' else 'minimum'}.{'f32' if isinstance(ty, ir.FloatType) else 'f64'}"
+    fn = module.globals.get(name)
+    if fn is None:  # declare_intrinsic gives these a one-argument signature
+        fn = ir.Function(module, ir.FunctionType(ty, [ty, ty]), name)
+    return fn
 
 
 def emit_loop(

@@ -428,7 +428,8 @@ def _softplus_formula(m: VectorMath, x):
     # max(x, 0) + log1p(exp(-|x|)): no overflow, no branch; NaN propagates via the log1p term
     b = m.b
     pos = m.select(b.fcmp_ordered(">", x, m.const(0.0)), x, m.const(0.0))
-    return b.fadd(pos, m.call("log1p", m.call("exp", b.fneg(m.fabs(x)))))
+    res = b.fadd(pos, m.call("log1p", m.call("exp", b.fneg(m.fabs(x)))))
+    return m.select(b.fcmp_unordered("uno", x, x), x, res)  # stock returns a NaN input as is
 
 
 def _log1mexp_formula(m: VectorMath, x):

@@ -40,7 +40,7 @@ VECTOR_FUNCS: dict[str, tuple[int, dict[str, float]]] = {
     "expm1": (1, {"float64": 2.5, "float32": 2.5}),
     "tanh": (1, {"float64": 2.5, "float32": 2.5}),
     "erf": (1, {"float64": 1.5, "float32": 4.0}),
-    "erfc": (1, {"float64": 1.5, "float32": 2.0}),
+    "erfc": (1, {"float64": 2.0, "float32": 2.0}),
     "sin": (1, {"float64": 3.0, "float32": 2.0}),
     "cos": (1, {"float64": 3.0, "float32": 2.0}),
     "pow": (2, {"float64": 1.5, "float32": 1.0}),

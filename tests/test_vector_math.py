@@ -1,0 +1,194 @@
+"""The vector math tier (libmvec): accuracy against mpmath, special values against
+scalar libm, position independence, and the policy's control over it."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytensor.tensor as pt
+import pytest
+
+from conftest import compile_fn, policy_nodes
+from ptnumba_codegen.kernels import plan_node
+from ptnumba_codegen.lowering.rules import FORMULA_ULP
+from ptnumba_codegen.lowering.vector_math import ulp_bound, vector_call_available
+
+pytestmark = pytest.mark.skipif(
+    not vector_call_available("exp", "float64"), reason="no libmvec / AVX2 on this machine"
+)
+mpmath.mp.dps = 60
+
+MP = {
+    "exp": mpmath.exp,
+    "log": mpmath.log,
+    "log1p": mpmath.log1p,
+    "expm1": mpmath.expm1,
+    "tanh": mpmath.tanh,
+    "erf": mpmath.erf,
+    "erfc": mpmath.erfc,
+    "sin": mpmath.sin,
+    "cos": mpmath.cos,
+    "sigmoid": lambda x: 1 / (1 + mpmath.exp(-x)),
+    "softplus": lambda x: mpmath.log1p(mpmath.exp(x)),
+    "log1mexp": lambda x: mpmath.log1p(-mpmath.exp(x)),
+}
+PT = {
+    "exp": pt.exp, "log": pt.log, "log1p": pt.log1p, "expm1": pt.expm1, "tanh": pt.tanh,
+    "erf": pt.erf, "erfc": pt.erfc, "sin": pt.sin, "cos": pt.cos, "sigmoid": pt.sigmoid,
+    "softplus": pt.softplus, "log1mexp": pt.log1mexp,
+}  # fmt: skip
+
+
+def domain(name, dtype, n, rng):
+    big = 700.0 if dtype == "float64" else 85.0
+    tiny = 300 if dtype == "float64" else 35
+    logspace = lambda lo, hi: 10.0 ** rng.uniform(lo, hi, n)  # noqa: E731
+    return {
+        "exp": rng.uniform(-big, big, n),
+        "log": logspace(-tiny, tiny),
+        "log1p": np.concatenate([rng.uniform(-0.999, 1, n // 2), logspace(-tiny, tiny)[: n - n // 2]]),
+        "expm1": np.concatenate([rng.uniform(-1, 1, n // 2), rng.uniform(-50, big, n - n // 2)]),
+        "tanh": rng.uniform(-20, 20, n),
+        "erf": rng.uniform(-6, 6, n),
+        "erfc": rng.uniform(-6, 26 if dtype == "float64" else 9, n),
+        "sin": rng.uniform(-1e3, 1e3, n),
+        "cos": rng.uniform(-1e3, 1e3, n),
+        "sigmoid": rng.uniform(-big, big, n),
+        "softplus": np.concatenate([rng.uniform(-40, 40, n // 2), rng.uniform(-big, big, n - n // 2)]),
+        "log1mexp": -logspace(-tiny / 10, np.log10(big)),
+    }[name].astype(dtype)
+
+
+def max_ulp(name, x, got):
+    fn = MP[name]
+    worst = 0.0
+    for xi, gi in zip(x.tolist(), got.tolist(), strict=True):
+        ref = fn(mpmath.mpf(xi))
+        ref_f = np.asarray(float(ref), dtype=got.dtype)
+        if not np.isfinite(ref_f) or ref_f == 0:
+            continue
+        spacing = float(np.spacing(np.abs(ref_f)))
+        worst = max(worst, float(abs(mpmath.mpf(gi) - ref)) / spacing)
+    return worst
+
+
+def build(dtype):
+    xs = {name: pt.vector(name, dtype=dtype) for name in PT}
+    outs = [PT[name](xs[name]) for name in PT]
+    return list(xs.values()), outs
+
+
+def vector_fn(dtype, backend="policy_default"):
+    ins, outs = build(dtype)
+    return compile_fn(ins, outs, backend, cache_key=("vm", dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_every_function_is_vectorized_under_default(dtype):
+    fn = vector_fn(dtype)
+    labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+    vectorized = [lab for lab in labels if lab]
+    assert len(vectorized) == len(PT), labels
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_accuracy_against_mpmath_within_budget(dtype):
+    rng = np.random.default_rng(11)
+    n = 1500
+    xs = [domain(name, dtype, n, rng) for name in PT]
+    outs = vector_fn(dtype)(*xs)
+    for name, x, got in zip(PT, xs, outs, strict=True):
+        bound = ulp_bound(name, dtype) or FORMULA_ULP[name]
+        err = max_ulp(name, x, np.asarray(got))
+        assert err <= bound <= 4.0, f"{name} {dtype}: {err:.2f} ulp > {bound}"
+
+
+SPECIAL = np.array(
+    [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308,
+     1.0, -1.0, -2.0, 709.78, 709.79, 710.0, -708.4, -745.13, -745.2, -746.0, 1e300, -1e300, 37.0, -37.0]
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_special_values_match_scalar_libm(dtype):
+    with np.errstate(all="ignore"):
+        vals = SPECIAL.astype(dtype)
+    xs = [vals.copy() for _ in PT]
+    with np.errstate(all="ignore"):
+        got = vector_fn(dtype)(*xs)
+        ref = vector_fn(dtype, "stock_strict")(*xs)
+    for name, g, r in zip(PT, got, ref, strict=True):
+        g, r = np.asarray(g), np.asarray(r)
+        bad_class = ~np.isfinite(r) | (r == 0)
+        label = f"{name}({vals[bad_class]}) {dtype}"
+        np.testing.assert_array_equal(np.isnan(g[bad_class]), np.isnan(r[bad_class]), err_msg=label)
+        np.testing.assert_array_equal(g[bad_class & ~np.isnan(r)], r[bad_class & ~np.isnan(r)], err_msg=label)
+        np.testing.assert_array_equal(np.signbit(g[bad_class]), np.signbit(r[bad_class]), err_msg=label)
+        finite = np.isfinite(r) & (r != 0)
+        np.testing.assert_array_equal(np.isfinite(g[finite]), True, err_msg=label)
+        np.testing.assert_allclose(g[finite], r[finite], rtol=8 * np.finfo(dtype).eps, err_msg=label)
+
+
+def test_results_do_not_depend_on_position_length_or_strides():
+    x, y, z = pt.vectors("x", "y", "z")
+    outs = [pt.exp(x) * y + z, pt.sigmoid(x), pt.softplus(x) + pt.tanh(y), pt.log1p(pt.abs(x)) + pt.expm1(z)]
+    fn = compile_fn([x, y, z], outs, "policy_default", cache_key="repro")
+    rng = np.random.default_rng(5)
+    probe = rng.standard_normal((3, 5)) * 4  # five probe elements per input
+    reference = None
+    for n in (1, 7, 8, 9, 17, 1_000_003):
+        for pos in {0, n - 1, n // 2}:
+            for probe_k in range(5):
+                arrays = [rng.standard_normal(n) for _ in range(3)]
+                for a, p in zip(arrays, probe[:, probe_k], strict=True):
+                    a[pos] = p
+                res = [o[pos] for o in fn(*arrays)]
+                if reference is None:
+                    reference = {}
+                key = probe_k
+                if key in reference:
+                    assert np.array_equal(np.array(res), reference[key]), (n, pos)
+                else:
+                    reference[key] = np.array(res)
+    # strided and reversed views holding the same values
+    base = [rng.standard_normal(41) for _ in range(3)]
+    for a, p in zip(base, probe[:, 0], strict=True):
+        a[6] = p
+    for view in (slice(None, None, 2), slice(None, None, -2), slice(None, None, 3)):
+        where = int(np.flatnonzero(np.arange(41)[view] == 6)[0])
+        res = [o[where] for o in fn(*(a[view] for a in base))]
+        assert np.array_equal(np.array(res), reference[0]), view
+
+
+def test_strict_and_zero_budget_policies_keep_scalar_libm(tmp_path):
+    path = tmp_path / "nobudget.toml"
+    path.write_text('extends = "default"\n[classes.transcendental]\nmax_ulp = 0\n')
+    import ptnumba_codegen
+    import pytensor
+
+    x = pt.vector("x")
+    for mode in (ptnumba_codegen.policy_mode(path), ptnumba_codegen.policy_mode("strict")):
+        fn = pytensor.function([x], pt.exp(x) + pt.tanh(x), mode=mode)
+        labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+        assert not any(labels)
+    # an op override can grant a budget to one function only
+    path.write_text('extends = "strict"\n[ops.Tanh]\nflags = []\nmax_ulp = 3\n')
+    fn = pytensor.function([x], pt.exp(x) + pt.tanh(x), mode=ptnumba_codegen.policy_mode(path))
+    labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+    assert [lab for lab in labels if lab] == ["libmvec tanh (float64)"]
+
+
+def test_comparison_cone_keeps_scalar_libm():
+    x, b = pt.vectors("x", "b")
+    fn = compile_fn([x, b], [pt.le(pt.exp(x), b), pt.exp(b)], "policy_default", cache_key="conelibm")
+    [node] = policy_nodes(fn)
+    plan = plan_node(node)
+    exps = [
+        (klass, getattr(e, "label", None))
+        for i, klass, e in zip(plan.body.program.instrs, plan.body.classes, plan.body.emitters, strict=True)
+        if i.op_name == "Exp"
+    ]
+    assert sorted(exps, key=str) == [("comparison_sensitive", None), ("transcendental", "libmvec exp (float64)")]
+    xv = np.linspace(-3, 3, 11)
+    bv = np.exp(xv)
+    np.testing.assert_array_equal(fn(xv, bv)[0], compile_fn([x, b], [pt.le(pt.exp(x), b), pt.exp(b)], "stock_strict", cache_key="conelibm")(xv, bv)[0])
