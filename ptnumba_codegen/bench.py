@@ -3,13 +3,15 @@
     python -m ptnumba_codegen.bench --n 1000000 --group core
     python -m ptnumba_codegen.bench --group all --json bench.json --plot bench_speedup.png
 
-For each workload: compile it under each backend (numba disk cache on), run once, check
-that every backend agrees with ``stock_strict`` (``allclose``), then time calls with the
-repetitions interleaved across backends (rep 1: every backend once, rep 2: every backend
-once, ... with the order rotated each rep) so that machine noise hits all backends alike,
-and report medians. First-compile time is measured separately with the numba cache
-disabled and a fresh graph each time (also interleaved, after one warm-up compile per
-backend so numba's own start-up cost is not charged to whichever backend goes first).
+For each workload: compile it under each backend (``--copies`` separately compiled copies,
+numba disk cache off unless ``--use-cache``), run once, check that every backend agrees
+with ``stock_strict`` (``allclose``), then time calls with the repetitions interleaved
+across backends (rep 1: every backend once, rep 2: every backend once, ... with the order
+rotated each rep and the copies taken in turn) so that machine noise hits all backends
+alike, and report medians, plus the ratio of the fastest samples (on a shared machine
+the samples are bimodal; see `Cell.fastest`). First-compile time is measured separately
+with the numba cache disabled and a fresh graph each time (also interleaved, after a
+warm-up round so numba's one-time costs are not charged to whichever backend goes first).
 
 Progress goes to stderr (logging); the table goes to stdout. Only ratios measured in the
 same process mean anything on a noisy machine.
@@ -94,18 +96,24 @@ def _max_rel_err(out, ref) -> float:
     return float(np.nanmax(err, initial=0.0)) if err.size else 0.0
 
 
-def _compile_all(workload, backends, cells, copies=1) -> dict:
+def _compile_all(workload, backends, cells, copies=1, cache=False) -> dict:
     """``{backend: [callable, ...]}``: ``copies`` separately compiled functions per backend.
 
-    Every copy is a fresh graph and a fresh ``pytensor.function`` (numba disk cache on),
-    so its machine code lands at a new address; timing the copies in turn keeps one
+    ``cache=False`` (the default) compiles every kernel from scratch, so the timings are
+    always of the code in the tree, whatever the disk cache holds (a generator change
+    that did not change the cache key once had stale kernels timed).
+
+    Every copy is a fresh graph and a fresh ``pytensor.function``, so its machine code lands at a new address; timing the copies in turn keeps one
     compiled instance (its code placement, or a phase lock between its slot in the
     rotation and a periodic background job) from being read as a backend difference.
     The JSON keeps each copy's median."""
     fns = {}
     for b in backends:
         try:
-            fns[b] = [wl.caller(wl.compile_workload(workload, b), b) for _ in range(max(1, copies))]
+            fns[b] = [
+                wl.caller(wl.compile_workload(workload, b, cache=cache), b)
+                for _ in range(max(1, copies))
+            ]
         except Exception:
             cells[b].error = traceback.format_exc()
             log.error("%s / %s: compilation failed:\n%s", workload.key, b, cells[b].error)
@@ -226,7 +234,8 @@ def run(
     atol: float,
     target: float = 0.002,
     clock: str = "wall",
-    copies: int = 4,
+    copies: int = 2,
+    use_cache: bool = False,
 ) -> dict[str, dict[str, Cell]]:
     timer = CLOCKS[clock]
     results: dict[str, dict[str, Cell]] = {}
@@ -237,7 +246,7 @@ def run(
         cells = {b: Cell() for b in backends}
         results[w.key] = cells
         log.info("%s (%s): compiling under %s", w.key, w.label, ", ".join(backends))
-        fns = _compile_all(w, backends, cells, copies)
+        fns = _compile_all(w, backends, cells, copies, cache=use_cache)
         vals = w.make_inputs(n)
         outs = _run_once(w, fns, vals, cells, f"n={n}")
         _check(w, outs, cells, rtol, atol)
@@ -385,6 +394,7 @@ def to_json(results, args, backends) -> dict:
             "per_call_n": args.per_call_n,
             "clock": args.clock,
             "copies": args.copies,
+            "use_cache": args.use_cache,
             "compile_repeat": args.compile_repeat if not args.no_compile_time else 0,
             "backends": list(backends),
             "python": sys.version,
@@ -475,7 +485,8 @@ def parse_args(argv):
     p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: policy_fast")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if importable")
     p.add_argument("--repeat", type=int, default=48, help="interleaved timing samples per backend, spread over the copies (default 48; 4x that at --per-call-n)")
-    p.add_argument("--copies", type=int, default=4, help="separately compiled copies per backend, timed in turn (default 4; see _compile_all)")
+    p.add_argument("--copies", type=int, default=2, help="separately compiled copies per backend, timed in turn (default 2)")
+    p.add_argument("--use-cache", action="store_true", help="let the timed functions load kernels from the numba disk cache (faster start; trusts the cache keys); default: compile everything fresh")
     p.add_argument("--per-call-n", type=int, default=100, help="also time calls at this tiny n to show call overhead; 0 disables (default 100)")
     p.add_argument("--no-compile-time", action="store_true", help="skip first-compile measurements")
     p.add_argument("--compile-repeat", type=int, default=3, help="uncached compiles per backend per workload (default 3)")
@@ -548,6 +559,7 @@ def main(argv=None) -> int:
         atol=args.atol,
         clock=args.clock,
         copies=args.copies,
+        use_cache=args.use_cache,
     )
     print(
         table(
