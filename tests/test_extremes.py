@@ -1,0 +1,57 @@
+"""Extreme inputs through the stable formulas PyMC relies on, and their gradients:
+the non-finite pattern must be the C backend's, finite values within 1e-12 relative."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+from conftest import assert_no_fallback, compile_fn
+
+ROWS = np.array(
+    [
+        [1000.0, 1000.0, -1000.0],
+        [-1000.0, -1000.0, -1e308],
+        [0.0, -np.inf, 1.0],
+        [710.0, 709.0, 0.0],
+        [1e-300, -1e-300, 0.0],
+    ]
+)
+
+
+def graphs():
+    X = pt.matrix("X")
+    x = pt.vector("x")
+    a, b = pt.vectors("a", "b")
+    flat = ROWS.ravel()
+    neg = -np.abs(flat)  # log1mexp's domain
+    return {
+        "logsumexp": ([X], [pt.logsumexp(X, axis=1), pytensor.grad(pt.logsumexp(X, axis=1).sum(), X)], [ROWS]),
+        "softmax": ([X], [pt.special.softmax(X, axis=1), pytensor.grad((pt.special.softmax(X, axis=1) * X).sum(), X)], [ROWS]),
+        "log_softmax": ([X], [pt.special.log_softmax(X, axis=1), pytensor.grad(pt.special.log_softmax(X, axis=1)[:, 0].sum(), X)], [ROWS]),
+        "softplus": ([x], [pt.softplus(x), pytensor.grad(pt.softplus(x).sum(), x)], [flat]),
+        "sigmoid": ([x], [pt.sigmoid(x), pytensor.grad(pt.sigmoid(x).sum(), x)], [flat]),
+        "log1mexp": ([x], [pt.log1mexp(x), pytensor.grad(pt.log1mexp(x).sum(), x)], [neg]),
+        "logaddexp": ([a, b], [pt.logaddexp(a, b), *pytensor.grad(pt.logaddexp(a, b).sum(), [a, b])], [ROWS[:, 0], ROWS[:, 1]]),
+    }
+
+
+GRAPHS = graphs()
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_extremes_match_c_backend(name):
+    ins, outs, vals = GRAPHS[name]
+    with np.errstate(all="ignore"):
+        ref = compile_fn(ins, outs, "c", cache_key=("extreme", name))(*vals)
+        fn = compile_fn(ins, outs, "policy_default", cache_key=("extreme", name))
+        res = fn(*vals)
+    assert_no_fallback(fn)
+    for k, (r, e) in enumerate(zip(res, ref, strict=True)):
+        r, e = np.asarray(r), np.asarray(e)
+        label = f"{name} output {k}: {r} vs C {e}"
+        np.testing.assert_array_equal(np.isnan(r), np.isnan(e), err_msg=label)
+        np.testing.assert_array_equal(np.isposinf(r), np.isposinf(e), err_msg=label)
+        np.testing.assert_array_equal(np.isneginf(r), np.isneginf(e), err_msg=label)
+        finite = np.isfinite(e)
+        np.testing.assert_allclose(r[finite], e[finite], rtol=1e-12, atol=0, err_msg=label)
