@@ -54,7 +54,7 @@ def _fallback_fastmath(op) -> bool:
 
 def stock_fallback(op, node, reason: str, **kwargs):
     fast = _fallback_fastmath(op)
-    log.info("ptnumba_codegen: %s falls back to the stock kernel (fastmath=%s): %s", op, fast, reason)
+    log.info("%s falls back to the stock kernel (fastmath=%s): %s", op, fast, reason)
     with config.change_flags(numba__fastmath=fast):
         fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(op, node, **kwargs)
     if key is not None:

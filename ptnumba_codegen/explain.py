@@ -43,7 +43,10 @@ def explain_node(node) -> list[str]:
         plan = plan_node(node)
     except Unsupported as err:
         return [*lines, f"    FALLBACK to the stock kernel: {err}"]
-    kinds = [rule_kind(i.op) for i in plan.body.program.instrs]
+    kinds = [
+        getattr(e, "label", None) or rule_kind(i.op)
+        for i, e in zip(plan.body.program.instrs, plan.body.emitters, strict=True)
+    ]
     width = max((len(s) for s in plan.body.program.describe()), default=0)
     for (text, klass, flags), kind in zip(plan.body.rows(), kinds, strict=True):
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from pytensor.compile import optdb
 from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
@@ -11,6 +13,8 @@ from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, load_policy
+
+log = logging.getLogger("ptnumba_codegen")
 
 TAG = "policy_codegen"
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
@@ -35,6 +39,7 @@ class PolicyCodegen(GraphRewriter):
     def apply(self, fgraph):
         policy = load_policy(self.policy)
         sensitive = sensitive_variables(fgraph)
+        taken = []
         for node in fgraph.toposort():
             if is_policy_op(node.op) or planner_for(node.op) is None:
                 continue
@@ -45,9 +50,31 @@ class PolicyCodegen(GraphRewriter):
             fgraph.replace_all_validate(
                 list(zip(node.outputs, new_node.outputs, strict=True)), reason=TAG
             )
+            taken.append(new_node)
+        if taken and log.isEnabledFor(logging.INFO):
+            log.info("%s", summarize(taken, policy))
 
     def __str__(self):
         return f"PolicyCodegen({self.policy!r})"
+
+
+
+def summarize(nodes, policy) -> str:
+    """'policy default: 7 kernels generated, 2 with libmvec calls, 1 fell back (...)'."""
+    from ptnumba_codegen.kernels import plan_node
+    from ptnumba_codegen.lowering.rules import Unsupported
+
+    vectorized, fallbacks = 0, []
+    for node in nodes:
+        try:
+            vectorized += plan_node(node).body.uses_vector_math
+        except Unsupported as err:
+            fallbacks.append(f"{node.op}: {err}")
+    text = (
+        f"policy {policy.name}: {len(nodes) - len(fallbacks)} kernel(s) generated, "
+        f"{vectorized} with libmvec calls, {len(fallbacks)} fell back to the stock kernel"
+    )
+    return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
 
 
 # Registered under its name only: the name is its sole tag (not fast_run, not numba).

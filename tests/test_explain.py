@@ -64,3 +64,18 @@ def test_explain_cli(tmp_path):
         [sys.executable, "-m", "ptnumba_codegen", "explain", "nothing_here"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "SCRIPT.py:NAME" in bad.stdout
+
+
+def test_compilation_logs_a_summary_at_info(caplog):
+    import logging
+
+    import pytensor
+    import pytensor.tensor as pt
+
+    x = pt.vector("x")
+    c = pt.vector("c", dtype="complex128")
+    with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):
+        pytensor.function([x, c], [pt.exp(x).sum(), pt.exp(c) * 2], mode=ptnumba_codegen.policy_mode("default"))
+    summary = [r.getMessage() for r in caplog.records if "kernel(s) generated" in r.getMessage()]
+    assert summary and "1 with libmvec calls" in summary[0] and "fell back" in summary[0]
+    assert "complex128" in summary[0]
