@@ -3,12 +3,12 @@ scalar libm, position independence, and the policy's control over it."""
 
 from __future__ import annotations
 
-import mpmath
 import numpy as np
 import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, policy_nodes
+from ptnumba_codegen import accuracy
 from ptnumba_codegen.kernels import plan_node
 from ptnumba_codegen.lowering.rules import FORMULA_ULP
 from ptnumba_codegen.lowering.vector_math import ulp_bound, vector_call_available
@@ -16,60 +16,7 @@ from ptnumba_codegen.lowering.vector_math import ulp_bound, vector_call_availabl
 pytestmark = pytest.mark.skipif(
     not vector_call_available("exp", "float64"), reason="no libmvec / AVX2 on this machine"
 )
-mpmath.mp.dps = 60
-
-MP = {
-    "exp": mpmath.exp,
-    "log": mpmath.log,
-    "log1p": mpmath.log1p,
-    "expm1": mpmath.expm1,
-    "tanh": mpmath.tanh,
-    "erf": mpmath.erf,
-    "erfc": mpmath.erfc,
-    "sin": mpmath.sin,
-    "cos": mpmath.cos,
-    "sigmoid": lambda x: 1 / (1 + mpmath.exp(-x)),
-    "softplus": lambda x: mpmath.log1p(mpmath.exp(x)),
-    "log1mexp": lambda x: mpmath.log1p(-mpmath.exp(x)),
-}
-PT = {
-    "exp": pt.exp, "log": pt.log, "log1p": pt.log1p, "expm1": pt.expm1, "tanh": pt.tanh,
-    "erf": pt.erf, "erfc": pt.erfc, "sin": pt.sin, "cos": pt.cos, "sigmoid": pt.sigmoid,
-    "softplus": pt.softplus, "log1mexp": pt.log1mexp,
-}  # fmt: skip
-
-
-def domain(name, dtype, n, rng):
-    big = 700.0 if dtype == "float64" else 85.0
-    tiny = 300 if dtype == "float64" else 35
-    logspace = lambda lo, hi: 10.0 ** rng.uniform(lo, hi, n)  # noqa: E731
-    return {
-        "exp": rng.uniform(-big, big, n),
-        "log": logspace(-tiny, tiny),
-        "log1p": np.concatenate([rng.uniform(-0.999, 1, n // 2), logspace(-tiny, tiny)[: n - n // 2]]),
-        "expm1": np.concatenate([rng.uniform(-1, 1, n // 2), rng.uniform(-50, big, n - n // 2)]),
-        "tanh": rng.uniform(-20, 20, n),
-        "erf": rng.uniform(-6, 6, n),
-        "erfc": rng.uniform(-6, 26 if dtype == "float64" else 9, n),
-        "sin": rng.uniform(-1e3, 1e3, n),
-        "cos": rng.uniform(-1e3, 1e3, n),
-        "sigmoid": rng.uniform(-big, big, n),
-        "softplus": np.concatenate([rng.uniform(-40, 40, n // 2), rng.uniform(-big, big, n - n // 2)]),
-        "log1mexp": -logspace(-tiny / 10, np.log10(big)),
-    }[name].astype(dtype)
-
-
-def max_ulp(name, x, got):
-    fn = MP[name]
-    worst = 0.0
-    for xi, gi in zip(x.tolist(), got.tolist(), strict=True):
-        ref = fn(mpmath.mpf(xi))
-        ref_f = np.asarray(float(ref), dtype=got.dtype)
-        if not np.isfinite(ref_f) or ref_f == 0:
-            continue
-        spacing = float(np.spacing(np.abs(ref_f)))
-        worst = max(worst, float(abs(mpmath.mpf(gi) - ref)) / spacing)
-    return worst
+PT = {name: accuracy.pytensor_function(name) for name in accuracy.FUNCTIONS}
 
 
 def build(dtype):
@@ -93,13 +40,9 @@ def test_every_function_is_vectorized_under_default(dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_accuracy_against_mpmath_within_budget(dtype):
-    rng = np.random.default_rng(11)
-    n = 1500
-    xs = [domain(name, dtype, n, rng) for name in PT]
-    outs = vector_fn(dtype)(*xs)
-    for name, x, got in zip(PT, xs, outs, strict=True):
+    errors = accuracy.measure(vector_fn(dtype), dtype, n=1500)
+    for name, err in errors.items():
         bound = ulp_bound(name, dtype) or FORMULA_ULP[name]
-        err = max_ulp(name, x, np.asarray(got))
         assert err <= bound <= 4.0, f"{name} {dtype}: {err:.2f} ulp > {bound}"
 
 
