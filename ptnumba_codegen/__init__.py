@@ -11,7 +11,7 @@ from ptnumba_codegen._version import GENERATOR_VERSION, __version__
 from ptnumba_codegen.policy import ENV_VAR, Policy, PolicyError, load_policy
 from ptnumba_codegen.rewrite import TAG, PolicyCodegen, policy_mode
 
-from ptnumba_codegen import dispatch as _dispatch  # noqa: E402  (registers numba lowering)
+import ptnumba_codegen.dispatch  # noqa: E402, F401  (registers the numba lowering)
 from ptnumba_codegen.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
 

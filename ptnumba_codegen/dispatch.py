@@ -15,7 +15,7 @@ from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
 from ptnumba_codegen.kernels import KernelPlan, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel
-from ptnumba_codegen.lowering.rules import Unsupported
+from ptnumba_codegen.lowering.base import Unsupported
 
 log = logging.getLogger("ptnumba_codegen")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from ptnumba_codegen.kernels import plan_node
-from ptnumba_codegen.lowering.rules import Unsupported, rule_kind
+from ptnumba_codegen.lowering.base import Unsupported
+from ptnumba_codegen.lowering.rules import rule_kind
 from ptnumba_codegen.ops import is_policy_op
 
 _FLAG_RE = re.compile(r"\b(reassoc|nsz|arcp|contract|afn|nnan|ninf|fast)\b")

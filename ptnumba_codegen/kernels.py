@@ -21,7 +21,7 @@ from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS, inner_careduce, in
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
 from ptnumba_codegen.lowering.loop import LoopSpec, Reduce
-from ptnumba_codegen.lowering.rules import Unsupported, numba_type
+from ptnumba_codegen.lowering.base import Unsupported, numba_type
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.program import Program, from_scalar_op
 

@@ -62,7 +62,7 @@ class PolicyCodegen(GraphRewriter):
 def summarize(nodes, policy) -> str:
     """'policy default: 7 kernels generated, 2 with libmvec calls, 1 fell back (...)'."""
     from ptnumba_codegen.kernels import plan_node
-    from ptnumba_codegen.lowering.rules import Unsupported
+    from ptnumba_codegen.lowering.base import Unsupported
 
     vectorized, fallbacks = 0, []
     for node in nodes:

@@ -96,7 +96,7 @@ def test_reduction_chains_and_binary_arithmetic():
 
 
 def test_nested_composites_are_inlined_and_classified():
-    x, y, b = ps.float64("x"), ps.float64("y"), ps.float64("b")
+    x, y = ps.float64("x"), ps.float64("y")
     inner = ps.Composite([x, y], [ps.mul(x, y, x)])
     a, c, t = ps.float64("a"), ps.float64("c"), ps.float64("t")
     outer = ps.Composite([a, c, t], [ps.lt(inner(a, c), t), ps.exp(a)])

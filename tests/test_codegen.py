@@ -5,7 +5,6 @@ agree to 1e-12 relative (and exactly on integers, booleans and decisions).
 """
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 import pytest
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import compile_fn, policy_nodes
 from ptnumba_codegen import accuracy
 from ptnumba_codegen.kernels import plan_node
-from ptnumba_codegen.lowering.rules import FORMULA_ULP
+from ptnumba_codegen.lowering.vector_math import FORMULA_ULP
 from ptnumba_codegen.lowering.vector_math import ulp_bound, vector_call_available
 
 pytestmark = pytest.mark.skipif(

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptnumba_codegen.analysis import classify
-from ptnumba_codegen.lowering.rules import Emitter, Unsupported, numba_type, plan_instr
+from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
+from ptnumba_codegen.lowering.rules import plan_instr
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.program import Program

@@ -6,12 +6,15 @@ A rule is planned once in Python (``rule(instr_types) -> Emitter``; typing probl
 exactly (same numba typing, same numba emitters), so the ``strict`` policy is bit-for-bit
 the stock backend with ``numba__fastmath=False``; only the flags differ.
 
-Three kinds of rules:
+Rule kinds:
 
-* `ufunc` – the numpy ufunc loop numba itself selects (inline IR; flags set by the stamp);
+* `ufunc` – the numpy ufunc loop numba itself selects (inline IR; flags set by the stamp),
+  or its libmvec variant when the policy allows (see ``vector_math``);
 * `nary` – a left-associated chain of a Python operator (Add, Mul);
-* `python` – a small Python function (stock's own formula), compiled as a numba
-  subroutine with exactly the node's flags, which LLVM then inlines.
+* `python` – a small Python function (stock's own formula, ``formulas``), compiled as a
+  numba subroutine with exactly the node's flags, which LLVM then inlines;
+* `vector_form` – a branch-free formula on libmvec calls, when the policy allows;
+* `stock_call` – the stock backend's own numba function for that op, called from our loop.
 
 Adding an op is one row in `RULES` (or nothing at all if its ``nfunc_spec`` names a numpy
 ufunc).
@@ -19,109 +22,50 @@ ufunc).
 
 from __future__ import annotations
 
-import functools
-import math
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba.core import compiler, types
 from numba.core.cpu_options import FastMathOptions
-from numba.core.registry import cpu_target
 from numba.np import ufunc_db
 from numba.np.numpy_support import ufunc_find_matching_loop
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 
-
-class Unsupported(Exception):
-    """The generator cannot lower this; the node falls back to the stock implementation."""
-
-
-Emitter = Callable[..., list]  # (context, builder, args, flags) -> output values
-
-
-@dataclass(frozen=True)
-class Typed:
-    """The numba types one instruction is lowered with (and its policy context)."""
-
-    inputs: tuple[types.Type, ...]
-    outputs: tuple[types.Type, ...]
-    flags: tuple[str, ...] = ()
-    klass: str = ""
-    policy: object = None  # the Policy; rules with inner programs plan them with it
-    op: object = None  # the scalar op itself (rules that read its inner graph)
-
-
-SUPPORTED_KINDS = "biuf"  # bool, signed, unsigned, float (no complex, no float16)
-
-
-def numba_type(dtype: str) -> types.Type:
-    dt = np.dtype(dtype)
-    if dt.kind not in SUPPORTED_KINDS or dt == np.float16:
-        raise Unsupported(f"dtype {dtype} is not supported by the generator")
-    return numba.from_dtype(dt)
-
-
-def _typing():
-    ctx = cpu_target.typing_context
-    ctx.refresh()  # install lazily registered templates (operators, ufuncs)
-    return ctx
-
-
-def _cast(context, builder, val, from_ty, to_ty):
-    return context.cast(builder, val, from_ty, to_ty)
+from ptnumba_codegen.lowering.base import Emitter, Typed, Unsupported, numba_type, typing_context
+from ptnumba_codegen.lowering.base import cast as _cast
+from ptnumba_codegen.lowering.formulas import (
+    _around,
+    _clip,
+    _erf,
+    _erfc,
+    _lgamma,
+    _log1mexp,
+    _pow,
+    _reciprocal,
+    _sigmoid,
+    _sigmoid_uint,
+    _softplus,
+    _softplus_uint,
+    _uint_sign,
+)
+from ptnumba_codegen.lowering.vector_math import (
+    FORMULA_ULP,
+    _erf_formula,
+    _erfc_formula,
+    _log1mexp_formula,
+    _pow_formula,
+    _sigmoid_formula,
+    _softplus_formula,
+    emit_vector,
+    vector_dtype,
+    vector_form,
+)
 
 
 # -- rule kinds -------------------------------------------------------------------------
-
-
-def vector_dtype(t: Typed, names, loop_types, bound: float | None = None) -> str | None:
-    """The float dtype to call the libmvec variants of ``names`` in, if the policy allows.
-
-    Allowed when the instruction is outside every comparison cone, its (loop) types are
-    one float dtype, every variant exists on this target, and the error bound (the
-    variant's measured bound, or ``bound`` for a composite formula) fits the policy's
-    ``max_ulp`` for this op (the class budget, or the op override's).
-    """
-    from ptnumba_codegen.flags import COMPARISON_SENSITIVE
-    from ptnumba_codegen.lowering.vector_math import ulp_bound, vector_call_available
-
-    if t.policy is None or t.op is None or t.klass in ("", COMPARISON_SENSITIVE):
-        return None
-    dtypes = {str(ty) for ty in loop_types}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in ("float32", "float64"):
-        return None
-    dtype = dtypes.pop()
-    names = (names,) if isinstance(names, str) else tuple(names)
-    if bound is None:
-        bounds = [ulp_bound(n, dtype) for n in names]
-        if None in bounds:
-            return None
-        bound = max(bounds)
-    budget = t.policy.rule_for(t.klass, type(t.op).__name__).max_ulp
-    if budget < bound or not all(vector_call_available(n, dtype) for n in names):
-        return None
-    return dtype
-
-
-# Results libm gives as +NaN where the vector variant gives -NaN (f64 log of negatives).
-_CANONICAL_NAN = {("log", "float64")}
-
-
-def _emit_vector(context, builder, name, dtype, args):
-    from ptnumba_codegen.lowering.vector_math import vector_call
-
-    res = vector_call(builder, name, args, dtype)
-    if (name, dtype) in _CANONICAL_NAN:
-        arg_nan = builder.fcmp_unordered("uno", args[0], args[0])
-        res_nan = builder.fcmp_unordered("uno", res, res)
-        fix = builder.and_(res_nan, builder.not_(arg_nan))
-        res = builder.select(fix, ir.Constant(res.type, float("nan")), res)
-    return res
 
 
 def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
@@ -145,7 +89,7 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
         def emit(context, builder, args, flags):
             cast = [_cast(context, builder, a, f, l) for a, f, l in zip(args, t.inputs, loop.inputs)]
             if vdtype:
-                res = _emit_vector(context, builder, vector, vdtype, cast)
+                res = emit_vector(context, builder, vector, vdtype, cast)
             else:
                 res = kernel(context, builder, sig, cast)
             return [_cast(context, builder, res, loop.outputs[0], t.outputs[0])]
@@ -164,7 +108,7 @@ def nary(py_operator) -> Callable[[Typed], Emitter]:
         steps, acc = [], t.inputs[0]
         for nxt in t.inputs[1:]:
             try:
-                sig = _typing().resolve_function_type(py_operator, (acc, nxt), {})
+                sig = typing_context().resolve_function_type(py_operator, (acc, nxt), {})
             except Exception as err:
                 raise Unsupported(f"cannot type {py_operator.__name__}{(acc, nxt)}: {err}") from None
             if sig is None:
@@ -245,100 +189,6 @@ def _simple(name: str, fn: Callable) -> Callable[[Typed], Emitter]:
     return plan
 
 
-# -- stock formulas (pytensor.link.numba.dispatch.scalar), compiled with the node's flags --
-
-
-def _sigmoid(x):
-    return 1 / (1 + np.exp(-x))
-
-
-def _softplus(x):
-    if x < -37.0:
-        return np.exp(x)
-    elif x < 18.0:
-        return np.log1p(np.exp(x))
-    elif x < 33.3:
-        return x + np.exp(-x)
-    else:
-        return x
-
-
-# stock upcasts unsigned inputs before negating them (numpy would use float16 for uint8)
-_UINT_UPCAST = {"uint8": np.float32, "uint16": np.float32, "uint32": np.float64, "uint64": np.float64}
-
-
-@functools.cache
-def _sigmoid_uint(dtype: str):
-    up = _UINT_UPCAST[dtype]
-
-    def sigmoid_uint(x):
-        return 1 / (1 + np.exp(-up(x)))
-
-    return sigmoid_uint
-
-
-@functools.cache
-def _softplus_uint(dtype: str):
-    up = _UINT_UPCAST[dtype]
-
-    def softplus_uint(x):
-        if x < -37.0:
-            return np.exp(x)
-        elif x < 18.0:
-            return np.log1p(np.exp(x))
-        elif x < 33.3:
-            y = up(x)
-            return y + np.exp(-y)
-        else:
-            return x
-
-    return softplus_uint
-
-
-def _log1mexp(x):
-    if x < np.log(0.5):
-        return np.log1p(-np.exp(x))
-    else:
-        return np.log(-np.expm1(x))
-
-
-def _clip(x, min_val, max_val):
-    if x < min_val:
-        return min_val
-    elif x > max_val:
-        return max_val
-    else:
-        return x
-
-
-def _pow(x, y):
-    return x**y
-
-
-def _reciprocal(x):
-    return np.divide(np.float32(1.0), x)
-
-
-def _lgamma(x):
-    return math.lgamma(x)
-
-
-def _erf(x):
-    return math.erf(x)
-
-
-def _erfc(x):
-    return math.erfc(x)
-
-
-def _around(x):
-    return np.around(x)
-
-
-def _uint_sign(x):
-    return x != 0
-
-
 def _is_uint(t: Typed) -> bool:
     return isinstance(t.inputs[0], types.Integer) and not t.inputs[0].signed
 
@@ -391,96 +241,6 @@ def _pick(plans: dict[str, Callable], choose: Callable[[Typed], str]):
 
     plan.kind = "/".join(p.kind for p in plans.values())
     return plan
-
-
-def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula):
-    """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``.
-
-    ``formula`` builds the result with ``vm`` (a `VectorMath` of the chosen dtype); the
-    formulas are branch-free (selects, with safe arguments on the lanes a select drops),
-    so a vectorized loop never takes libmvec's slow per-lane fallback for them.
-    """
-
-    def plan(t: Typed) -> Emitter:
-        # float inputs only: integer inputs keep stock's integer semantics (e.g. -x wraps)
-        dtype = vector_dtype(t, needs, [*t.inputs, *t.outputs], bound)
-        if dtype is None or len(t.outputs) != 1:
-            return scalar_rule(t)
-        fty = numba_type(dtype)
-
-        def emit(context, builder, args, flags):
-            xs = [_cast(context, builder, a, ty, fty) for a, ty in zip(args, t.inputs)]
-            res = formula(VectorMath(context, builder, dtype), *xs)
-            return [_cast(context, builder, res, fty, t.outputs[0])]
-
-        emit.label = f"libmvec formula using {', '.join(needs)} ({dtype})"
-        return emit
-
-    plan.kind = f"{scalar_rule.kind} | vector formula"
-    return plan
-
-
-class VectorMath:
-    """Tiny IR helpers for the vector formulas (flags are set by the stamp)."""
-
-    def __init__(self, context, builder, dtype):
-        self.b = builder
-        self.dtype = dtype
-        self.ty = ir.FloatType() if dtype == "float32" else ir.DoubleType()
-
-    def const(self, v):
-        return ir.Constant(self.ty, v)
-
-    def call(self, name, *args):
-        return _emit_vector(None, self.b, name, self.dtype, list(args))
-
-    def fabs(self, x):
-        fn = self.b.module.declare_intrinsic("llvm.fabs", [self.ty])
-        return self.b.call(fn, [x])
-
-    def select(self, c, a, b):
-        return self.b.select(c, a, b)
-
-
-def _sigmoid_formula(m: VectorMath, x):
-    b = m.b
-    return b.fdiv(m.const(1.0), b.fadd(m.const(1.0), m.call("exp", b.fneg(x))))
-
-
-def _softplus_formula(m: VectorMath, x):
-    # max(x, 0) + log1p(exp(-|x|)): no overflow, no branch; NaN propagates via the log1p term
-    b = m.b
-    pos = m.select(b.fcmp_ordered(">", x, m.const(0.0)), x, m.const(0.0))
-    res = b.fadd(pos, m.call("log1p", m.call("exp", b.fneg(m.fabs(x)))))
-    return m.select(b.fcmp_unordered("uno", x, x), x, res)  # stock returns a NaN input as is
-
-
-def _log1mexp_formula(m: VectorMath, x):
-    # stock: x < log(0.5) ? log1p(-exp(x)) : log(-expm1(x)); dropped lanes get -1.0
-    b = m.b
-    small = b.fcmp_ordered("<", x, m.const(np.log(0.5)))
-    xa = m.select(small, x, m.const(-1.0))
-    xb = m.select(small, m.const(-1.0), x)
-    a = m.call("log1p", b.fneg(m.call("exp", xa)))
-    c = m.call("log", b.fneg(m.call("expm1", xb)))
-    return m.select(small, a, c)
-
-
-def _erf_formula(m: VectorMath, x):
-    return m.call("erf", x)
-
-
-def _erfc_formula(m: VectorMath, x):
-    return m.call("erfc", x)
-
-
-def _pow_formula(m: VectorMath, x, y):
-    return m.call("pow", x, y)
-
-
-# Measured error bounds (ulp) of the formulas on top of the variants' own errors
-# (tests/test_vector_math.py checks them against mpmath).
-FORMULA_ULP = {"sigmoid": 4.0, "softplus": 4.0, "log1mexp": 4.0}
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -568,7 +328,6 @@ def stock_call(op):
             raise Unsupported(f"stock lowering of {type(op).__name__} failed: {err}") from None
         if getattr(fn, "__wrapped__", None) is None and not hasattr(fn, "py_func"):
             raise Unsupported(f"stock lowering of {type(op).__name__} is not a numba function")
-        out_ty = numba_type(node.outputs[0].type.dtype)
 
         def emit(context, builder, args, flags):
             typingctx = context.typing_context

@@ -17,14 +17,13 @@ from pytensor.scalar.loop import ScalarLoop
 from ptnumba_codegen.analysis import sensitive_inputs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.lowering.body import emit_body, plan_body
-from ptnumba_codegen.lowering.rules import RULES, Typed, _cast
+from ptnumba_codegen.lowering.base import Typed, cast, numba_type
+from ptnumba_codegen.lowering.rules import RULES
 from ptnumba_codegen.program import from_scalar_op
-
 
 def inner_program(op: ScalarLoop):
     comp = Composite(list(op.fgraph.inputs), list(op.fgraph.outputs))
     return from_scalar_op(comp, [i.type.dtype for i in op.fgraph.inputs])
-
 
 def loop_sensitive_outputs(op: ScalarLoop, program, outer_strict: bool) -> frozenset[int]:
     n_out = len(program.outputs)
@@ -38,7 +37,6 @@ def loop_sensitive_outputs(op: ScalarLoop, program, outer_strict: bool) -> froze
             return frozenset(sensitive)
         sensitive = grown
 
-
 def plan_scalar_loop(t: Typed):
     op = t.op
     program = inner_program(op)
@@ -47,7 +45,6 @@ def plan_scalar_loop(t: Typed):
     carry_in = t.inputs[1 : 1 + n_carry]
     const_in = t.inputs[1 + n_carry :]
     inner_types = [t.outputs[i] for i in range(n_carry)]
-    from ptnumba_codegen.lowering.rules import numba_type
 
     const_types = [numba_type(d) for d in program.input_dtypes[n_carry:]]
 
@@ -56,14 +53,14 @@ def plan_scalar_loop(t: Typed):
         slots = []
         for val, src, dst in zip(rest[:n_carry], carry_in, inner_types, strict=True):
             slot = cgutils.alloca_once(builder, context.get_value_type(dst))
-            builder.store(_cast(context, builder, val, src, dst), slot)
+            builder.store(cast(context, builder, val, src, dst), slot)
             slots.append(slot)
         consts = [
-            _cast(context, builder, c, src, dst)
+            cast(context, builder, c, src, dst)
             for c, src, dst in zip(rest[n_carry:], const_in, const_types, strict=True)
         ]
         until = cgutils.alloca_once_value(builder, ir.Constant(ir.IntType(1), 0))
-        n = _cast(context, builder, n_steps, t.inputs[0], types.intp)
+        n = cast(context, builder, n_steps, t.inputs[0], types.intp)
         if not op.is_while:
             with builder.if_then(builder.icmp_signed("<", n, ir.Constant(n.type, 0)), likely=False):
                 context.call_conv.return_user_exc(
@@ -85,7 +82,6 @@ def plan_scalar_loop(t: Typed):
 
     emit.inner_stock_keys = planned.stock_keys
     return emit
-
 
 plan_scalar_loop.kind = "scalar_loop"
 plan_scalar_loop.multi_output = True

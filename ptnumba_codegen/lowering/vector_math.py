@@ -25,7 +25,10 @@ import platform
 from functools import cache
 
 import llvmlite.binding as llb
+import numpy as np
 from llvmlite import ir
+
+from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 
 LIBMVEC = "libmvec.so.1"
 ISA_BITS = {"d": 256, "e": 512}
@@ -162,3 +165,137 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
         f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}{"v" * nargs}_{sname}({vname})"',
     )
     return call
+
+
+# -- the policy's side: when to use a variant, and formulas built on them ---------------
+
+
+def vector_dtype(t: Typed, names, loop_types, bound: float | None = None) -> str | None:
+    """The float dtype to call the libmvec variants of ``names`` in, if the policy allows.
+
+    Allowed when the instruction is outside every comparison cone, its (loop) types are
+    one float dtype, every variant exists on this target, and the error bound (the
+    variant's measured bound, or ``bound`` for a composite formula) fits the policy's
+    ``max_ulp`` for this op (the class budget, or the op override's).
+    """
+    from ptnumba_codegen.flags import COMPARISON_SENSITIVE
+    if t.policy is None or t.op is None or t.klass in ("", COMPARISON_SENSITIVE):
+        return None
+    dtypes = {str(ty) for ty in loop_types}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in ("float32", "float64"):
+        return None
+    dtype = dtypes.pop()
+    names = (names,) if isinstance(names, str) else tuple(names)
+    if bound is None:
+        bounds = [ulp_bound(n, dtype) for n in names]
+        if None in bounds:
+            return None
+        bound = max(bounds)
+    budget = t.policy.rule_for(t.klass, type(t.op).__name__).max_ulp
+    if budget < bound or not all(vector_call_available(n, dtype) for n in names):
+        return None
+    return dtype
+
+
+# Results libm gives as +NaN where the vector variant gives -NaN (f64 log of negatives).
+_CANONICAL_NAN = {("log", "float64")}
+
+
+def emit_vector(context, builder, name, dtype, args):
+    res = vector_call(builder, name, args, dtype)
+    if (name, dtype) in _CANONICAL_NAN:
+        arg_nan = builder.fcmp_unordered("uno", args[0], args[0])
+        res_nan = builder.fcmp_unordered("uno", res, res)
+        fix = builder.and_(res_nan, builder.not_(arg_nan))
+        res = builder.select(fix, ir.Constant(res.type, float("nan")), res)
+    return res
+
+
+def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula):
+    """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``.
+
+    ``formula`` builds the result with ``vm`` (a `VectorMath` of the chosen dtype); the
+    formulas are branch-free (selects, with safe arguments on the lanes a select drops),
+    so a vectorized loop never takes libmvec's slow per-lane fallback for them.
+    """
+
+    def plan(t: Typed) -> Emitter:
+        # float inputs only: integer inputs keep stock's integer semantics (e.g. -x wraps)
+        dtype = vector_dtype(t, needs, [*t.inputs, *t.outputs], bound)
+        if dtype is None or len(t.outputs) != 1:
+            return scalar_rule(t)
+        fty = numba_type(dtype)
+
+        def emit(context, builder, args, flags):
+            xs = [cast(context, builder, a, ty, fty) for a, ty in zip(args, t.inputs)]
+            res = formula(VectorMath(context, builder, dtype), *xs)
+            return [cast(context, builder, res, fty, t.outputs[0])]
+
+        emit.label = f"libmvec formula using {', '.join(needs)} ({dtype})"
+        return emit
+
+    plan.kind = f"{scalar_rule.kind} | vector formula"
+    return plan
+
+
+class VectorMath:
+    """Tiny IR helpers for the vector formulas (flags are set by the stamp)."""
+
+    def __init__(self, context, builder, dtype):
+        self.b = builder
+        self.dtype = dtype
+        self.ty = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+
+    def const(self, v):
+        return ir.Constant(self.ty, v)
+
+    def call(self, name, *args):
+        return emit_vector(None, self.b, name, self.dtype, list(args))
+
+    def fabs(self, x):
+        fn = self.b.module.declare_intrinsic("llvm.fabs", [self.ty])
+        return self.b.call(fn, [x])
+
+    def select(self, c, a, b):
+        return self.b.select(c, a, b)
+
+
+def _sigmoid_formula(m: VectorMath, x):
+    b = m.b
+    return b.fdiv(m.const(1.0), b.fadd(m.const(1.0), m.call("exp", b.fneg(x))))
+
+
+def _softplus_formula(m: VectorMath, x):
+    # max(x, 0) + log1p(exp(-|x|)): no overflow, no branch; NaN propagates via the log1p term
+    b = m.b
+    pos = m.select(b.fcmp_ordered(">", x, m.const(0.0)), x, m.const(0.0))
+    res = b.fadd(pos, m.call("log1p", m.call("exp", b.fneg(m.fabs(x)))))
+    return m.select(b.fcmp_unordered("uno", x, x), x, res)  # stock returns a NaN input as is
+
+
+def _log1mexp_formula(m: VectorMath, x):
+    # stock: x < log(0.5) ? log1p(-exp(x)) : log(-expm1(x)); dropped lanes get -1.0
+    b = m.b
+    small = b.fcmp_ordered("<", x, m.const(np.log(0.5)))
+    xa = m.select(small, x, m.const(-1.0))
+    xb = m.select(small, m.const(-1.0), x)
+    a = m.call("log1p", b.fneg(m.call("exp", xa)))
+    c = m.call("log", b.fneg(m.call("expm1", xb)))
+    return m.select(small, a, c)
+
+
+def _erf_formula(m: VectorMath, x):
+    return m.call("erf", x)
+
+
+def _erfc_formula(m: VectorMath, x):
+    return m.call("erfc", x)
+
+
+def _pow_formula(m: VectorMath, x, y):
+    return m.call("pow", x, y)
+
+
+# Measured error bounds (ulp) of the formulas on top of the variants' own errors
+# (tests/test_vector_math.py checks them against mpmath).
+FORMULA_ULP = {"sigmoid": 4.0, "softplus": 4.0, "log1mexp": 4.0}
