@@ -22,6 +22,7 @@ from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
 from ptnumba_codegen.lowering.loop import LoopSpec, Reduce
 from ptnumba_codegen.lowering.base import Unsupported, numba_type
+from ptnumba_codegen.ops import stock_op
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.program import Program, from_scalar_op
 
@@ -55,10 +56,18 @@ def _reducer(scalar_op) -> str:
 
 
 def reduce_identity(identity, acc_dtype: str):
-    """The identity as a Python scalar valid in ``acc_dtype`` (ints/bools clamp +-inf)."""
-    from pytensor.link.numba.dispatch.elemwise import _reduce_identity
+    """The identity as a Python scalar valid in ``acc_dtype``.
 
-    return np.asarray(_reduce_identity(identity, acc_dtype)).item()
+    +-inf becomes the integer bounds (True/False for bools); other values are cast the way
+    C does, so AND's identity -1 becomes all ones in an unsigned accumulator.
+    """
+    acc = np.dtype(acc_dtype)
+    if acc.kind in "uib" and not np.isfinite(identity):
+        if acc.kind == "b":
+            return bool(np.isposinf(identity))
+        info = np.iinfo(acc)
+        return int(info.max if np.isposinf(identity) else info.min)
+    return np.asarray(identity).astype(acc)[()].item()
 
 
 def accumulator_flags(policy: Policy, scalar_op, output_sensitive: bool) -> tuple[str, ...]:
@@ -193,7 +202,10 @@ def plan_scalar_careduce(node) -> KernelPlan:
 
 def plan_scalar_op(node) -> KernelPlan:
     op = node.op
-    program = from_scalar_op(op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs])
+    # the program holds the plain scalar op: rules (and stock calls) must see the stock class
+    program = from_scalar_op(
+        stock_op(op), [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs]
+    )
     body = plan_body(program, op.policy, op.sensitive_outputs)
     return KernelPlan("scalar", None, body, tuple(Finish("as_is") for _ in node.outputs))
 

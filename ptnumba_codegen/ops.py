@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 from functools import cache
 
-from pytensor.tensor.elemwise import Elemwise
-
 from ptnumba_codegen.policy import Policy
 
 
@@ -41,11 +39,17 @@ def policy_class(base: type) -> type:
     def __hash__(self):
         return hash((base.__hash__(self), self.policy.digest, self.sensitive_outputs))
 
+    def __reduce__(self):
+        # the class is made at runtime, so pickle the stock op and re-apply the policy
+        return (with_policy, (stock_op(self), self.policy, self.sensitive_outputs))
+
     namespace = {
         "stock_class": base,
         "__module__": __name__,
         "__eq__": __eq__,
         "__hash__": __hash__,
+        "__reduce__": __reduce__,
+        "__reduce_ex__": lambda self, protocol: __reduce__(self),
     }
     # Same __name__ as the base: many ops print their class name (e.g. Max{axis=1}), so
     # dprint output stays the stock one. The module tells them apart.
@@ -59,16 +63,22 @@ def policy_class(base: type) -> type:
 
 def with_policy(op, policy: Policy, sensitive_outputs=frozenset()):
     """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy``."""
-    new = copy.copy(op)
+    new = copy.copy(stock_op(op))
     new.__class__ = policy_class(type(op))
     new.policy = policy
     new.sensitive_outputs = frozenset(sensitive_outputs)
     return new
 
 
+def stock_op(op):
+    """The op without its policy: an instance of the stock class with the same state."""
+    if not isinstance(op, PolicyMixin):
+        return op
+    plain = object.__new__(type(op).stock_class)
+    plain.__dict__.update({k: v for k, v in op.__dict__.items() if k not in ("policy", "sensitive_outputs")})
+    return plain
+
+
 def is_policy_op(op) -> bool:
     return isinstance(op, PolicyMixin)
 
-
-# The elemwise class, for readability at call sites and in tests.
-PolicyElemwise = policy_class(Elemwise)

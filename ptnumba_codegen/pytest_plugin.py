@@ -99,9 +99,7 @@ def _install_counters() -> None:
     """Count replaced nodes and stock fallbacks (best effort: skipped if the API moved)."""
     from ptnumba_codegen import dispatch, ops, rewrite
 
-    is_policy_op = getattr(ops, "is_policy_op", None) or (
-        lambda op: isinstance(op, ops.PolicyElemwise)
-    )
+    is_policy_op = ops.is_policy_op
     cls = rewrite.PolicyCodegen
     if not getattr(cls.apply, "_ptnumba_counted", False):
         original_apply = cls.apply

@@ -14,7 +14,7 @@ import pytest
 from pytensor.compile.mode import Mode
 
 import ptnumba_codegen
-from ptnumba_codegen.ops import PolicyElemwise
+from ptnumba_codegen.ops import is_policy_op
 
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
@@ -55,7 +55,7 @@ def final_ir(fn) -> str:
 
 
 def policy_nodes(fn):
-    return [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, PolicyElemwise)]
+    return [n for n in fn.maker.fgraph.toposort() if is_policy_op(n.op)]
 
 
 def assert_no_fallback(fn):

@@ -334,8 +334,12 @@ def stock_call(op):
             fnty = typingctx.resolve_value_type(fn)
             arg_types = tuple(numba_type(i.type.dtype) for i in node.inputs)
             sig = fnty.get_call_type(typingctx, arg_types, {})
-            cast = [_cast(context, builder, a, f, w) for a, f, w in zip(args, t.inputs, arg_types)]
-            res = context.get_function(fnty, sig)(builder, cast)
+            vals = [_cast(context, builder, a, f, w) for a, f, w in zip(args, t.inputs, arg_types)]
+            for i, arg_type in enumerate(sig.args):  # a ``*args`` function takes one tuple
+                if isinstance(arg_type, types.StarArgTuple | types.StarArgUniTuple):
+                    vals[i:] = [context.make_tuple(builder, arg_type, vals[i:])]
+                    break
+            res = context.get_function(fnty, sig)(builder, vals)
             return [_cast(context, builder, res, sig.return_type, t.outputs[0])]
 
         emit.stock_key = (key, fast)
