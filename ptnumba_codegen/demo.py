@@ -9,22 +9,33 @@ import warnings
 import numpy as np
 
 
-def seed_example() -> list[tuple[str, float]]:
-    """grad(minimum(x*y*z*w, b).sum(), x) at an exact tie (../shared/seeds/000)."""
+def seed_graph():
+    """``([x, y, z, w, b], grad(minimum(x*y*z*w, b).sum(), x))`` (../shared/seeds/000)."""
     import pytensor
     import pytensor.tensor as pt
-    from pytensor.compile.mode import Mode
-
-    import ptnumba_codegen
 
     x, y, z, w, b = pt.vectors("x", "y", "z", "w", "b")
-    gx = pytensor.grad(pt.minimum(x * y * z * w, b).sum(), x)
+    return [x, y, z, w, b], pytensor.grad(pt.minimum(x * y * z * w, b).sum(), x)
+
+
+def seed_values() -> list[np.ndarray]:
+    """Inputs at an exact tie: b is the left-associated product x*y*z*w, to the bit."""
     xv = np.array([0.9887127230177662])
     yv = np.array([1.000617328480952])
     zv = np.array([0.9995082121912299])
     wv = np.array([404.146799095179])
-    bv = np.array([((xv[0] * yv[0]) * zv[0]) * wv[0]])
+    return [xv, yv, zv, wv, np.array([((xv[0] * yv[0]) * zv[0]) * wv[0]])]
 
+
+def seed_example() -> list[tuple[str, float]]:
+    """The seed example's value under stock numba, the C backend and each policy."""
+    import pytensor
+    from pytensor.compile.mode import Mode
+
+    import ptnumba_codegen
+
+    (x, y, z, w, b), gx = seed_graph()
+    xv, yv, zv, wv, bv = seed_values()
     rows = []
     for label, fastmath in (("stock numba (numba__fastmath=True)", True), ("stock numba (numba__fastmath=False)", False)):
         with pytensor.config.change_flags(numba__fastmath=fastmath):

@@ -61,19 +61,24 @@ def build(dx, dy):
     return [x, y], outs, names
 
 
-@pytest.mark.parametrize("dx, dy", DTYPE_PAIRS, ids=[f"{a}-{b}" for a, b in DTYPE_PAIRS])
-def test_dtype_matrix_strict_policy_is_bitwise_stock(dx, dy):
-    rng = np.random.default_rng(1)
+def run_matrix(dx, dy, backend, seed):
+    """(names, results under ``backend``, stock strict results) of the op matrix."""
+    rng = np.random.default_rng(seed)
     inputs, outs, names = build(dx, dy)
     with np.errstate(all="ignore"):
         vals = [sample(dx, 37, rng), sample(dy, 37, rng)]
         if dy[0] in "iu":  # integer exponents must be >= 0 (numba raises), divisors != 0
             vals[1] = np.clip(vals[1], 1, 5).astype(dy)
     ref_fn = compile_fn(inputs, outs, "stock_strict", cache_key=("matrix", dx, dy))
-    fn = compile_fn(inputs, outs, "policy_strict", cache_key=("matrix", dx, dy))
+    fn = compile_fn(inputs, outs, backend, cache_key=("matrix", dx, dy))
     assert_no_fallback(fn)
     with np.errstate(all="ignore"):
-        ref, res = ref_fn(*vals), fn(*vals)
+        return names, fn(*vals), ref_fn(*vals)
+
+
+@pytest.mark.parametrize("dx, dy", DTYPE_PAIRS, ids=[f"{a}-{b}" for a, b in DTYPE_PAIRS])
+def test_dtype_matrix_strict_policy_is_bitwise_stock(dx, dy):
+    names, res, ref = run_matrix(dx, dy, "policy_strict", seed=1)
     for name, a, b in zip(names, res, ref, strict=True):
         try:
             assert_same_bits(a, b)
@@ -83,17 +88,7 @@ def test_dtype_matrix_strict_policy_is_bitwise_stock(dx, dy):
 
 @pytest.mark.parametrize("dx, dy", DTYPE_PAIRS[:6], ids=[f"{a}-{b}" for a, b in DTYPE_PAIRS[:6]])
 def test_dtype_matrix_default_policy_close_to_stock(dx, dy):
-    rng = np.random.default_rng(2)
-    inputs, outs, names = build(dx, dy)
-    with np.errstate(all="ignore"):
-        vals = [sample(dx, 37, rng), sample(dy, 37, rng)]
-        if dy[0] in "iu":
-            vals[1] = np.clip(vals[1], 1, 5).astype(dy)
-    ref_fn = compile_fn(inputs, outs, "stock_strict", cache_key=("matrix", dx, dy))
-    fn = compile_fn(inputs, outs, "policy_default", cache_key=("matrix", dx, dy))
-    assert_no_fallback(fn)
-    with np.errstate(all="ignore"):
-        ref, res = ref_fn(*vals), fn(*vals)
+    names, res, ref = run_matrix(dx, dy, "policy_default", seed=2)
     rtol = 1e-12 if "float32" not in (dx, dy) and "int8" not in (dx, dy) else 1e-6
     for name, a, b in zip(names, res, ref, strict=True):
         assert a.dtype == b.dtype, name
