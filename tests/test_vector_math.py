@@ -135,3 +135,54 @@ def test_comparison_cone_keeps_scalar_libm():
     xv = np.linspace(-3, 3, 11)
     bv = np.exp(xv)
     np.testing.assert_array_equal(fn(xv, bv)[0], compile_fn([x, b], [pt.le(pt.exp(x), b), pt.exp(b)], "stock_strict", cache_key="conelibm")(xv, bv)[0])
+
+
+_TARGET_SCRIPT = """
+import re, sys, numpy as np, pytensor, pytensor.tensor as pt
+import ptnumba_codegen
+from ptnumba_codegen.lowering import vector_math
+if sys.argv[1] == "nolibmvec":
+    vector_math.libmvec_loaded.cache_clear()
+    vector_math.libmvec_loaded = lambda: False
+x = pt.vector("x")
+out = pt.exp(x) * 2.0 + pt.log1p(pt.abs(x))
+with pytensor.config.change_flags(numba__cache=False):
+    fn = pytensor.function([x], out, mode=ptnumba_codegen.policy_mode("default"))
+    with pytensor.config.change_flags(numba__fastmath=True):
+        ref = pytensor.function([x], out, mode="NUMBA")
+v = np.linspace(-5, 5, 1001)
+fn(v)
+ir = "\\n".join(fn.vm.jit_fn.inspect_llvm().values())
+print(sorted(set(re.findall(r"@(_ZGV\\w+)\\(", ir))))
+print(vector_math.target_isa(), float(np.max(np.abs(fn(v) - ref(v)) / np.abs(ref(v)))))
+print(bool(np.array_equal(fn(v), ref(v))))
+"""
+
+
+def _run_target(mode, env_extra):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **env_extra}
+    out = subprocess.run(
+        [sys.executable, "-c", _TARGET_SCRIPT, mode], capture_output=True, text=True, env=env, check=True
+    ).stdout.splitlines()
+    return out
+
+
+def test_avx2_target_uses_the_avx2_variants():
+    from numba.core.codegen import get_host_cpu_features
+
+    features = [f for f in get_host_cpu_features().split(",") if not f.startswith("+avx512")]
+    features = [f"-{f[1:]}" if f.startswith("+avx512") else f for f in features]
+    calls, isa_err, _same = _run_target("avx2", {"NUMBA_CPU_FEATURES": ",".join(features), "NUMBA_CPU_NAME": "haswell"})
+    assert calls == "['_ZGVdN4v_exp', '_ZGVdN4v_log1p']"
+    isa, err = isa_err.split()
+    assert isa == "d" and float(err) < 1e-15
+
+
+def test_without_libmvec_results_are_scalar_libm():
+    calls, isa_err, same = _run_target("nolibmvec", {})
+    assert calls == "[]"
+    assert same == "True"  # scalar libm with the default policy's flags: stock fastmath's bits
