@@ -186,3 +186,20 @@ def test_without_libmvec_results_are_scalar_libm():
     calls, isa_err, same = _run_target("nolibmvec", {})
     assert calls == "[]"
     assert same == "True"  # scalar libm with the default policy's flags: stock fastmath's bits
+
+
+def test_switch_branches_give_vector_calls_safe_arguments():
+    x = pt.vector("x")
+    outs = [pt.switch(x > 0, pt.log(x), -1.0) + 1.0, pt.switch(pt.isnan(x), 0.0, pt.exp(x) * 2.0)]
+    fn = compile_fn([x], outs, "policy_default", cache_key="guards")
+    guards = [g for n in policy_nodes(fn) for g in plan_node(n).body.guards.values()]
+    assert sorted(g[1] for g in guards) == [False, True]  # log guarded by x>0, exp by not isnan
+    v = np.array([2.0, 0.0, -0.0, -3.0, np.inf, -np.inf, np.nan, 1e-310, 700.0, 710.0])
+    with np.errstate(all="ignore"):
+        ref = compile_fn([x], outs, "stock_strict", cache_key="guards")(v)
+        res = fn(v)
+    for a, b in zip(res, ref, strict=True):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        finite = np.isfinite(b)
+        np.testing.assert_array_equal(a[~finite & ~np.isnan(b)], b[~finite & ~np.isnan(b)])
+        np.testing.assert_allclose(a[finite], b[finite], rtol=1e-15)

@@ -3,12 +3,14 @@ with the flags its class gets under the policy."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+from llvmlite import ir
 
 from ptnumba_codegen.analysis import classify
 from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
+from ptnumba_codegen.lowering.guards import branch_guards, emission_order
 from ptnumba_codegen.lowering.rules import plan_instr
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.policy import Policy
@@ -21,6 +23,8 @@ class PlannedBody:
     classes: tuple[str, ...]
     flags: tuple[tuple[str, ...], ...]
     emitters: tuple[Emitter, ...]
+    guards: dict = field(default_factory=dict)  # see lowering.guards
+    order: tuple[int, ...] = ()
 
     @property
     def uses_vector_math(self) -> bool:
@@ -60,7 +64,10 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=()) -> Planned
                 policy=policy,
             )
         )
-    return PlannedBody(program, classes, tuple(flags), tuple(emitters))
+    guards = branch_guards(program, emitters)
+    return PlannedBody(
+        program, classes, tuple(flags), tuple(emitters), guards, emission_order(program, guards)
+    )
 
 
 def emit_body(context, builder, planned: PlannedBody, args: list, record: list | None = None) -> list:
@@ -70,11 +77,29 @@ def emit_body(context, builder, planned: PlannedBody, args: list, record: list |
     for vid, value in program.constants:
         ty = numba_type(program.dtypes[vid])
         env[vid] = context.get_constant(ty, np.asarray(value).item())
-    for instr, emitter, flags in zip(program.instrs, planned.emitters, planned.flags, strict=True):
+    for k in planned.order or range(len(program.instrs)):
+        instr, emitter, flags = program.instrs[k], planned.emitters[k], planned.flags[k]
+        args = [env[v] for v in instr.inputs]
+        if k in planned.guards:
+            args = _guarded(context, builder, planned, k, args, env)
         with stamp(builder, flags, record):
-            outs = emitter(context, builder, [env[v] for v in instr.inputs], flags)
+            outs = emitter(context, builder, args, flags)
         env.update(zip(instr.outputs, outs, strict=True))
     return [env[v] for v in program.outputs]
+
+
+def _guarded(context, builder, planned, k, args, env):
+    """Replace float arguments by 1.0 on lanes where the guarding Switch drops this value."""
+    cond_id, when_true = planned.guards[k]
+    cond = context.is_true(builder, numba_type(planned.program.dtypes[cond_id]), env[cond_id])
+    if not when_true:
+        cond = builder.not_(cond)
+    out = []
+    for a in args:
+        if isinstance(a.type, ir.FloatType | ir.DoubleType):
+            a = builder.select(cond, a, ir.Constant(a.type, 1.0))
+        out.append(a)
+    return out
 
 
 __all__ = ["PlannedBody", "Unsupported", "emit_body", "plan_body"]
