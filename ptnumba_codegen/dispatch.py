@@ -62,6 +62,14 @@ def stock_fallback(op, node, reason: str, **kwargs):
     return fn, key
 
 
+def stock_loop(op, node, plan: KernelPlan, **kwargs):
+    """The stock loop of ``plan.stock_op`` (its scalar core already carries the policy)."""
+    fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
+    with config.change_flags(numba__fastmath=fast):
+        fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(plan.stock_op, node, **kwargs)
+    return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
+
+
 def build(node, plan: KernelPlan):
     name = f"policy_{type(node.op).stock_class.__name__.lower()}"
     if plan.kind == "scalar":
@@ -74,6 +82,8 @@ def funcify_policy_node(op, node, **kwargs):
         plan = plan_node(node)
     except Unsupported as err:
         return stock_fallback(op, node, str(err), **kwargs)
+    if plan.kind == "stock_loop":
+        return stock_loop(op, node, plan, **kwargs)
     stock_keys = plan.body.stock_keys
     if any(k is None for k, _fast in stock_keys):
         key = None  # a stock function inside is uncacheable, so is the kernel (as in stock)

@@ -13,6 +13,7 @@ import numpy as np
 from pytensor.scalar import basic as ps
 from pytensor.scalar.basic import ScalarOp, ScalarType
 from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.math import MulWithoutZeros
 from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwise
 
@@ -22,7 +23,7 @@ from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
 from ptnumba_codegen.lowering.loop import LoopSpec, Reduce
 from ptnumba_codegen.lowering.base import Unsupported, numba_type
-from ptnumba_codegen.ops import stock_op
+from ptnumba_codegen.ops import stock_op, with_policy
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.program import Program, from_scalar_op
 
@@ -30,6 +31,7 @@ from ptnumba_codegen.program import Program, from_scalar_op
 REDUCERS: dict[type, str] = {
     ps.Add: "Add",
     ps.Mul: "Mul",
+    MulWithoutZeros: "MulWithoutZeros",
     ps.Maximum: "Maximum",
     ps.ScalarMaximum: "Maximum",
     ps.Minimum: "Minimum",
@@ -42,10 +44,11 @@ REDUCERS: dict[type, str] = {
 
 @dataclass(frozen=True)
 class KernelPlan:
-    kind: str  # "loop" or "scalar"
+    kind: str  # "loop", "scalar", or "stock_loop" (the stock loop around our scalar core)
     spec: LoopSpec | None
     body: PlannedBody
     finish: tuple[Finish, ...]
+    stock_op: object = None  # for "stock_loop": the op the stock funcify compiles
 
 
 def _reducer(scalar_op) -> str:
@@ -105,12 +108,43 @@ def plan_elemwise(node) -> KernelPlan:
     return KernelPlan("loop", spec, body, tuple(Finish("as_is") for _ in node.outputs))
 
 
+def plan_indexed_fused(node) -> KernelPlan:
+    """Indexed reads/writes (gathers, scatter-adds): the stock loop, our scalar core.
+
+    The FusedElemwise is rebuilt with its inner Elemwise's scalar op carrying the policy, so
+    the stock funcify dispatches the scalar core to the generator (per-instruction flags,
+    libmvec) while the stock loop does the indexing. The loop's own accumulations (inc
+    writes, reductions) get numba's fastmath from the policy's reduction class.
+    """
+    op = node.op
+    inner = inner_elemwise(op)
+    program = from_scalar_op(
+        inner.op.scalar_op, [i.type.dtype for i in inner.inputs], [o.type.dtype for o in inner.outputs]
+    )
+    body = plan_body(program, op.policy, op.sensitive_outputs)
+    graph = op.fgraph.unfreeze()
+    [el] = [n for n in graph.apply_nodes if isinstance(n.op, Elemwise)]
+    scalar = with_policy(el.op.scalar_op, op.policy, op.sensitive_outputs)
+    new_el = Elemwise(scalar, inplace_pattern=el.op.inplace_pattern).make_node(*el.inputs)
+    graph.replace_all(list(zip(el.outputs, new_el.outputs, strict=True)), reason="policy_codegen")
+    rebuilt = type(stock_op(op))(
+        graph.inputs,
+        graph.outputs,
+        fgraph=graph.freeze(),
+        destroy_map=op.destroy_map,
+        indexed_inputs=op.indexed_inputs,
+        indexed_outputs=op.indexed_outputs,
+        reduced_outputs=op.reduced_outputs,
+    )
+    return KernelPlan("stock_loop", None, body, (), stock_op=rebuilt)
+
+
 def plan_fused(node) -> KernelPlan:
     op = node.op
     inner = inner_elemwise(op)
     indexed = [e for e in (*getattr(op, "indexed_inputs", ()), *getattr(op, "indexed_outputs", ())) if e is not None]
     if indexed:
-        raise Unsupported("indexed reads/writes of FusedElemwise are left to the stock loop")
+        return plan_indexed_fused(node)
     n_in = len(inner.inputs)
     if len(node.inputs) != n_in:
         raise Unsupported("FusedElemwise with extra inputs (indices or update targets)")

@@ -158,15 +158,41 @@ def test_scan_and_opfromgraph_inner_kernels_are_generated():
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-def test_indexed_fused_elemwise_falls_back_with_a_reason():
-    x = pt.vector("x")
+def test_indexed_fused_elemwise_runs_our_core_in_the_stock_loop():
+    from ptnumba_codegen.kernels import plan_node
+
+    x, b = pt.vectors("x", "b")
     idx = pt.vector("idx", dtype="int64")
-    out = pt.exp(x[idx]).sum()
-    fn = compile_fn([x, idx], out, "policy_default", cache_key="indexed")
-    fused = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, FusedElemwise)]
-    if not fused:
-        pytest.skip("pytensor did not fuse the indexed read here")
-    assert all(is_policy_op(n.op) for n in fused)
-    assert any("indexed" in (ptnumba_codegen.fallback_reason(n) or "") for n in fused)
-    vals = [np.linspace(0, 1, 7), np.array([0, 3, 6, 3])]
-    np.testing.assert_allclose(fn(*vals), np.exp(vals[0][vals[1]]).sum(), rtol=1e-12)
+    # a hierarchical-model shape: gather, transcendental, comparison, and its gradient (scatter-add)
+    out = pt.switch(pt.le(x[idx] * b * x[idx], 1.0), pt.exp(x[idx]) * b, 0.0).sum()
+    outs = [out, pytensor.grad(out, x)]
+    fn = compile_fn([x, idx, b], outs, "policy_default", cache_key="indexed")
+    fused = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, FusedElemwise) and n.op.indexed_inputs]
+    assert fused and all(is_policy_op(n.op) for n in fused)
+    for node in fused:
+        assert ptnumba_codegen.fallback_reason(node) is None
+        plan = plan_node(node)
+        assert plan.kind == "stock_loop"
+        assert "comparison_sensitive" in plan.body.classes and plan.body.uses_vector_math
+    rng = np.random.default_rng(3)
+    xv = rng.uniform(0.5, 1.5, 7)
+    iv = np.array([0, 3, 6, 3, -1, 2])
+    bv = rng.uniform(0.5, 1.5, 6)
+    bv[1] = 1.0 / (xv[3] * xv[3])  # a tie for the comparison
+    ref = compile_fn([x, idx, b], outs, "stock_strict", cache_key="indexed")(xv, iv, bv)
+    for a, e in zip(fn(xv, iv, bv), ref, strict=True):
+        np.testing.assert_array_equal(a == 0, e == 0)
+        np.testing.assert_allclose(a, e, rtol=1e-12)
+
+
+def test_prod_without_zeros_reduction():
+    from pytensor.tensor.math import ProdWithoutZeros
+
+    X = pt.matrix("X")
+    outs = [ProdWithoutZeros(axis=(0,))(X), ProdWithoutZeros(axis=None)(X)]
+    fn = compile_fn([X], outs, "policy_default", cache_key="pwz")
+    assert all(ptnumba_codegen.fallback_reason(n) is None for n in fn.maker.fgraph.toposort() if is_policy_op(n.op))
+    v = np.array([[0.0, 2.0, 3.0], [4.0, 0.0, 0.5], [1.5, 0.0, 2.0]])
+    ref = compile_fn([X], outs, "stock_strict", cache_key="pwz")(v)
+    for a, e in zip(fn(v), ref, strict=True):
+        np.testing.assert_array_equal(a, e)

@@ -26,7 +26,7 @@ from ptnumba_codegen.lowering.stamp import stamp
 class Reduce:
     """An output accumulated over ``axes`` (kept with size 1 in the loop's output buffer)."""
 
-    op: str  # Add, Mul, Maximum, Minimum, AND, OR, XOR
+    op: str  # Add, Mul, MulWithoutZeros, Maximum, Minimum, AND, OR, XOR
     axes: tuple[int, ...]
     identity: object  # a Python scalar, already valid in acc_dtype
     acc_dtype: str
@@ -112,6 +112,11 @@ def combine(builder, op: str, ty: types.Type, left, right):
         return builder.fadd(left, right) if is_float else builder.add(left, right)
     if op == "Mul":
         return builder.fmul(left, right) if is_float else builder.mul(left, right)
+    if op == "MulWithoutZeros":  # stock: zeros are skipped (the product of the non-zeros)
+        zero = ir.Constant(left.type, 0.0 if is_float else 0)
+        is_zero = (lambda v: builder.fcmp_ordered("==", v, zero)) if is_float else (lambda v: builder.icmp_signed("==", v, zero))
+        prod = builder.fmul(left, right) if is_float else builder.mul(left, right)
+        return builder.select(is_zero(left), right, builder.select(is_zero(right), left, prod))
     if op == "AND":
         return builder.and_(left, right)
     if op == "OR":
