@@ -94,3 +94,47 @@ def test_policy_ignores_numba_fastmath_config():
         strict = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("strict"))
     assert fast(XV, YV, ZV, WV, BV)[0] == 0.0
     assert strict(XV, YV, ZV, WV, BV) == pytest.approx([EXPECTED])
+
+
+def test_each_class_keeps_its_own_flag_set_in_the_final_ir(tmp_path):
+    """A policy with a different flag set per class: the final IR holds exactly those sets,
+    each on the instructions of its class."""
+    import pytensor.tensor as pt
+
+    from conftest import final_ir
+
+    path = tmp_path / "distinct.toml"
+    path.write_text(
+        """
+        [classes.comparison_sensitive]
+        flags = []
+        [classes.reduction]
+        flags = ["reassoc", "nsz"]
+        [classes.transcendental]
+        flags = ["afn", "arcp"]
+        max_ulp = 0
+        [classes.arithmetic]
+        flags = ["arcp"]
+        """
+    )
+    import ptnumba_codegen
+
+    inputs, out = seed_graph()
+    x, y = inputs[0], inputs[1]
+    outs = [out, ((x - y) ** 2).sum(), pt.exp(x) / y]
+    with pytensor.config.change_flags(numba__cache=False):
+        fn = pytensor.function(inputs, outs, mode=ptnumba_codegen.policy_mode(path))
+    fn(XV, YV, ZV, WV, BV)
+    tables = parse(final_ir(fn))
+    allowed = {frozenset(), frozenset({"reassoc", "nsz"}), frozenset({"afn", "arcp"}), frozenset({"arcp"})}
+    seen = {i.flags for t in tables for i in fp_instrs(t)}
+    assert seen <= allowed, seen - allowed
+    calls = [i for t in tables for i in t.values() if i.opcode == "call" and ("@llvm.exp" in i.text or "@exp(" in i.text)]
+    assert calls and all(i.flags == {"afn", "arcp"} for i in calls), [c.text for c in calls]
+    fdiv = [i for t in tables for i in fp_instrs(t) if i.opcode == "fdiv"]
+    assert fdiv and all(i.flags == {"arcp"} for i in fdiv)
+    fsub = [i for t in tables for i in fp_instrs(t) if i.opcode == "fsub"]
+    assert fsub and all(i.flags == {"arcp"} for i in fsub)
+    fadd = [i for t in tables for i in fp_instrs(t) if i.opcode == "fadd"]
+    assert fadd and all(i.flags == {"reassoc", "nsz"} for i in fadd)
+    assert frozenset() in seen  # the seed's comparison cone
