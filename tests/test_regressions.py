@@ -76,3 +76,17 @@ def test_compiled_functions_with_policy_ops_pickle():
     v = np.linspace(0, 1, 5)
     for a, b in zip(clone(v, v), fn(v, v), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_round_half_away_from_zero_is_native_and_matches_stock(dtype):
+    x = pt.vector("x", dtype=dtype)
+    out = pt.round(x, mode="half_away_from_zero") * 2
+    fn = compile_fn([x], out, "policy_strict", cache_key=("rhafz", dtype))
+    from ptnumba_codegen.lowering.rules import rule_kind
+
+    assert rule_kind(ps.round_half_away_from_zero) == "python:_round_half_away_from_zero"  # not a stock call
+    v = np.array([0.5, -0.5, 1.5, -2.5, 0.49999997, -0.49999997, 0.49999999999999994, np.nan, np.inf, -0.0], dtype=dtype)
+    with pytest.warns(UserWarning, match="object mode"):
+        ref = compile_fn([x], out, "stock_strict", cache_key=("rhafz", dtype))
+    np.testing.assert_array_equal(fn(v), ref(v))

@@ -100,3 +100,12 @@ def _around(x):
 
 def _uint_sign(x):
     return x != 0
+
+
+def _round_half_away_from_zero(a):
+    # pytensor's impl, which the stock backend runs in object mode on Python floats: the
+    # arithmetic is float64 even for float32 inputs (0.49999997f rounds to 0)
+    if a > 0:
+        return np.floor(a + 0.5)
+    else:
+        return np.ceil(a - 0.5)

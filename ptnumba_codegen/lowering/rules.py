@@ -45,6 +45,7 @@ from ptnumba_codegen.lowering.formulas import (
     _log1mexp,
     _pow,
     _reciprocal,
+    _round_half_away_from_zero,
     _sigmoid,
     _sigmoid_uint,
     _softplus,
@@ -276,6 +277,7 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     ),
     ps.Reciprocal: python(_reciprocal),
     ps.RoundHalfToEven: python(_around),
+    ps.RoundHalfAwayFromZero: python(_round_half_away_from_zero),
     ps.Sign: _pick(
         {"uint": python(_uint_sign), "other": ufunc(np.sign)},
         lambda t: "uint" if _is_uint(t) else "other",
