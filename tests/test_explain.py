@@ -79,3 +79,19 @@ def test_compilation_logs_a_summary_at_info(caplog):
     summary = [r.getMessage() for r in caplog.records if "kernel(s) generated" in r.getMessage()]
     assert summary and "1 with libmvec calls" in summary[0] and "fell back" in summary[0]
     assert "complex128" in summary[0]
+
+
+def test_explain_covers_scan_and_opfromgraph_inner_graphs():
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.compile.builders import OpFromGraph
+
+    x, y = pt.vectors("x", "y")
+    a, b = pt.vectors("a", "b")
+    ofg = OpFromGraph([a, b], [pt.minimum(a * b * a, b)])
+    res, _ = pytensor.scan(lambda xi, acc: acc * xi + pt.exp(xi), sequences=[x], outputs_info=[pt.zeros(())])
+    fn = pytensor.function([x, y], [ofg(x, y), res[-1]], mode=ptnumba_codegen.policy_mode("default"))
+    report = ptnumba_codegen.explain(fn)
+    assert "== Scan inner graph" in report and "== OpFromGraph inner graph" in report
+    assert "Minimum(" in report and "comparison_sensitive" in report
+    assert "Exp(" in report
