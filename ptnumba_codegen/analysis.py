@@ -14,7 +14,7 @@ The rules, in order (the first that matches wins, so strict wins):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
@@ -193,5 +193,3 @@ def classify(program: Program, sensitive_outputs: Iterable[int] = ()) -> tuple[s
             classes.append(ARITHMETIC)
     return tuple(classes)
 
-
-ClassifyFn = Callable[[Program], tuple[str, ...]]

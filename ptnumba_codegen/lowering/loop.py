@@ -264,4 +264,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopSpec", "Reduce", "combine", "emit_loop", "ir"]
+__all__ = ["LoopSpec", "Reduce", "combine", "emit_loop"]
