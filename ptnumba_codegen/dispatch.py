@@ -74,7 +74,9 @@ def build(node, plan: KernelPlan):
     name = f"policy_{type(node.op).stock_class.__name__.lower()}"
     if plan.kind == "scalar":
         return build_scalar_kernel(plan.body, perform_impl(node), name=name)
-    return build_kernel(plan.spec, plan.body, perform_impl(node), plan.finish, name=name)
+    return build_kernel(
+        plan.spec, plan.body, perform_impl(node), plan.finish, name=name, parallel=node.op.policy.parallel
+    )
 
 
 def funcify_policy_node(op, node, **kwargs):

@@ -96,6 +96,7 @@ def final_ir_report(fn) -> str:
     a cached function): compile under ``pytensor.config.change_flags(numba__cache=False)``.
     """
     try:
+        _ensure_compiled(fn)
         modules = fn.vm.jit_fn.inspect_llvm()
     except Exception as err:  # not a numba function
         return f"(no LLVM IR available: {err})"
@@ -114,6 +115,21 @@ def final_ir_report(fn) -> str:
         elif _FP_RE.search(line) and ("double" in line or "float" in line):
             body.append("  " + _FLAG_RE.sub(lambda m: f"[{m.group(1)}]", line.strip()))
     return "\n".join(lines)
+
+
+def _ensure_compiled(fn) -> None:
+    """numba compiles on the first call; compile a never-called function for C-contiguous inputs."""
+    jit_fn = fn.vm.jit_fn
+    if getattr(jit_fn, "signatures", None) or not hasattr(jit_fn, "compile"):
+        return
+    from numba.core import types
+    from pytensor.link.numba.dispatch.basic import get_numba_type
+
+    sig = []
+    for var in fn.maker.fgraph.inputs:
+        ty = get_numba_type(var.type)
+        sig.append(ty.copy(layout="C") if isinstance(ty, types.Array) else ty)
+    jit_fn.compile(tuple(sig))
 
 
 def load_target(spec: str):
@@ -160,10 +176,5 @@ def main(argv=None) -> int:
     except (ValueError, OSError, ImportError) as err:
         print(f"error: {err}")
         return 2
-    if args.ir and fn.vm is not None:
-        try:
-            fn.vm.jit_fn.inspect_llvm()
-        except Exception:
-            pass
     print(explain(fn, ir=args.ir))
     return 0

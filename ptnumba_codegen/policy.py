@@ -19,7 +19,14 @@ Schema (every key; see docs/policies.md for the guide)::
     max_ulp = 1                   # optional, overrides the class budget for this op
     apply_in_comparison_cone = false  # optional: also override inside comparison cones
 
-Without ``extends`` every class must be given.
+    [parallel]                    # optional: split large loops across numba's threads
+    threads = "auto"              # "auto" (numba.get_num_threads() at call time) or an int >= 1; 1 = off
+    min_elements = 65536          # loops with fewer elements run on the calling thread
+
+Without ``extends`` every class must be given. ``[parallel]`` defaults to the values above
+(inherited through ``extends``). Splitting never changes a result bit: only loops whose
+outermost axis is not reduced are split, so every element and every accumulator is computed
+by one thread in the sequential order.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ from ptnumba_codegen.flags import CLASSES, COMPARISON_SENSITIVE, FLAG_UNIVERSE, 
 ENV_VAR = "PTNUMBA_CODEGEN_POLICY"
 DEFAULT_PRESET = "default"
 
-_TOP_KEYS = ("name", "description", "extends", "classes", "ops")
+_TOP_KEYS = ("name", "description", "extends", "classes", "ops", "parallel")
+_PARALLEL_KEYS = ("threads", "min_elements")
 _CLASS_KEYS = ("flags", "max_ulp")
 _OP_KEYS = ("flags", "max_ulp", "apply_in_comparison_cone")
 
@@ -81,12 +89,28 @@ class OpRule(Rule):
 
 
 @dataclass(frozen=True)
+class Parallel:
+    """How large loops are split across threads (see ``lowering/parallel.py``)."""
+
+    threads: int = 0  # 0: numba.get_num_threads() at call time; 1: never split
+    min_elements: int = 65536
+
+    @property
+    def enabled(self) -> bool:
+        return self.threads != 1
+
+    def as_data(self) -> dict:
+        return {"threads": "auto" if self.threads == 0 else self.threads, "min_elements": self.min_elements}
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str
     source: str
     classes: Mapping[str, Rule]
     ops: Mapping[str, OpRule] = field(default_factory=dict)
     description: str = ""
+    parallel: Parallel = Parallel()
 
     def __post_init__(self):
         object.__setattr__(self, "classes", MappingProxyType(dict(self.classes)))
@@ -111,6 +135,7 @@ class Policy:
         return {
             "classes": {k: self.classes[k].as_data() for k in CLASSES},
             "ops": {k: self.ops[k].as_data() for k in sorted(self.ops)},
+            "parallel": self.parallel.as_data(),
         }
 
     @property
@@ -137,7 +162,9 @@ def _policy_from_data(name, source, description, data) -> Policy:
         k: OpRule(tuple(v["flags"]), v["max_ulp"], v["apply_in_comparison_cone"])
         for k, v in data["ops"].items()
     }
-    return Policy(name, source, classes, ops, description)
+    par = data["parallel"]
+    threads = 0 if par["threads"] == "auto" else par["threads"]
+    return Policy(name, source, classes, ops, description, Parallel(threads, par["min_elements"]))
 
 
 # -- validation helpers ---------------------------------------------------------------
@@ -166,6 +193,25 @@ def _parse_flags(where: str, key: str, value: Any) -> tuple[str, ...]:
         if flag not in FLAG_UNIVERSE:
             _fail(where, key, f"unknown flag '{flag}'", FLAG_UNIVERSE)
     return canonical_flags(value)
+
+
+def _parse_parallel(where: str, table: Any, base: Parallel) -> Parallel:
+    _check_keys(where, "parallel", table, _PARALLEL_KEYS)
+    threads, min_elements = base.threads, base.min_elements
+    if "threads" in table:
+        value = table["threads"]
+        if value == "auto":
+            threads = 0
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            threads = value
+        else:
+            _fail(where, "parallel.threads", f"expected \"auto\" or an integer >= 1, got {value!r}", ("\"auto\"", "an integer >= 1 (1 = never split)"))
+    if "min_elements" in table:
+        value = table["min_elements"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            _fail(where, "parallel.min_elements", f"expected an integer >= 1, got {value!r}")
+        min_elements = value
+    return Parallel(threads, min_elements)
 
 
 def _parse_ulp(where: str, key: str, value: Any) -> float:
@@ -229,9 +275,10 @@ def _load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Policy:
 
     if "extends" in data:
         base = _load_file(_resolve_source(data["extends"], path.parent), (*_seen, path))
-        classes, ops = dict(base.classes), dict(base.ops)
+        classes, ops, parallel = dict(base.classes), dict(base.ops), base.parallel
     else:
-        classes, ops = {}, {}
+        classes, ops, parallel = {}, {}, Parallel()
+    parallel = _parse_parallel(where, data.get("parallel", {}), parallel)
 
     raw_classes = data.get("classes", {})
     _check_keys(where, "classes", raw_classes, CLASSES)
@@ -283,6 +330,7 @@ def _load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Policy:
         classes=classes,
         ops=ops,
         description=data.get("description", ""),
+        parallel=parallel,
     )
 
 

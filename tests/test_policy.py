@@ -105,6 +105,10 @@ def test_digest_is_content_not_layout(tmp_path):
         (FULL.replace('flags = ["afn"]', 'flags = ["afn"]\nmax_ulp = -1'), "'classes.transcendental.max_ulp'", None),
         ("[classes.reduction]\nflags = []\n", "'classes'", "comparison_sensitive"),
         ('extends = "nonexistent"\n' + FULL, "unknown policy preset 'nonexistent'", "default"),
+        (FULL + "\n[parallel]\nthreads = 0\n", "'parallel.threads'", '"auto"'),
+        (FULL + '\n[parallel]\nthreads = "many"\n', "'parallel.threads'", "an integer >= 1"),
+        (FULL + "\n[parallel]\nmin_elements = 0\n", "'parallel.min_elements'", None),
+        (FULL + "\n[parallel]\nthread = 2\n", "'parallel.thread'", "threads, min_elements"),
     ],
 )
 def test_bad_policies_fail_with_file_key_and_allowed_values(tmp_path, text, key, allowed):

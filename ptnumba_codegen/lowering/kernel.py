@@ -19,7 +19,8 @@ from numba.extending import intrinsic, overload
 from numpy.lib.stride_tricks import as_strided
 
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
-from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop
+from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, splittable
+from ptnumba_codegen.lowering.parallel import ensure_threading, split_for
 from ptnumba_codegen.lowering.base import numba_type
 
 KERNEL_JIT_OPTIONS = {
@@ -53,7 +54,7 @@ class Finish:
         return f"{view}.astype({dt})" if self.cast else view
 
 
-def make_loop(spec: LoopSpec, planned: PlannedBody, name: str):
+def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, split=None):
     """The intrinsic emitting the loop nest and the scalar body."""
     body_types = [numba_type(d) for d in planned.program.output_dtypes]
 
@@ -76,8 +77,10 @@ def make_loop(spec: LoopSpec, planned: PlannedBody, name: str):
                 spec,
                 input_types,
                 values,
-                lambda scalars: emit_body(context, builder, planned, scalars),
+                lambda b, scalars: emit_body(context, b, planned, scalars),
                 body_types,
+                chunked=chunked,
+                split=split,
             )
 
         return ret(inputs), codegen
@@ -91,9 +94,20 @@ def build_kernel(
     python_impl: Callable,
     finish: tuple[Finish, ...] | None = None,
     name: str = "policy_kernel",
+    parallel=None,
 ):
-    """Return a Python function (``python_impl`` without JIT) whose numba overload is the loop."""
-    loop = make_loop(spec, planned, name)
+    """Return a Python function (``python_impl`` without JIT) whose numba overload is the loop.
+
+    ``parallel`` (the policy's ``Parallel``) lets large loops split across threads. Every
+    splittable loop is emitted the same way whatever ``parallel`` says, so the thread
+    setting never changes a result bit; a body that calls stock functions is neither
+    (they may need the GIL).
+    """
+    chunked = splittable(spec) and not planned.stock_keys
+    split = None
+    if chunked and parallel is not None and parallel.enabled and ensure_threading():
+        split = split_for(parallel, planned)
+    loop = make_loop(spec, planned, name, chunked, split)
     n_out = len(spec.output_dtypes)
     finish = finish or tuple(Finish("as_is") for _ in range(n_out))
 

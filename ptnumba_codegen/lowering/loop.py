@@ -146,21 +146,40 @@ def _min_max_intrinsic(module, op: str, ty):
     return fn
 
 
+def splittable(spec: LoopSpec) -> bool:
+    """Whether the loop's outermost axis can be split across threads without changing a bit.
+
+    Every element is computed once, by one thread; an accumulator is only safe when the
+    outermost axis is not one it reduces over (each thread then owns whole rows of it).
+    """
+    if spec.ndim == 0 or all(bc is None for bc in spec.input_bc):
+        return False
+    for i in range(len(spec.output_dtypes)):
+        red = spec.reduce_of(i)
+        if red is not None and (red.scalar_acc or 0 in red.axes):
+            return False
+    return True
+
+
 def emit_loop(
     context,
     builder,
     spec: LoopSpec,
     input_types,
     input_values,
-    body: Callable[[list], list],
+    body: Callable[[object, list], list],
     body_output_types,
+    chunked: bool = False,
+    split=None,
 ):
-    """Emit the whole kernel. ``body(scalars) -> scalars`` emits one element.
+    """Emit the whole kernel. ``body(builder, scalars) -> scalars`` emits one element.
 
+    ``chunked`` (only for ``splittable(spec)`` loops) emits the loop nest in a chunk
+    function (``lowering/parallel.py``); ``split`` (a ``parallel.Split``, or None) also
+    lets large loops run split across threads.
     Returns the LLVM value of the kernel's result (one output, or a tuple).
     """
     one = context.get_constant(types.intp, 1)
-    zero = context.get_constant(types.intp, 0)
     arrays = {
         k: arrayobj.make_array(ty)(context, builder, val)
         for k, (ty, val, bc) in enumerate(zip(input_types, input_values, spec.input_bc, strict=True))
@@ -197,44 +216,13 @@ def emit_loop(
     if not spec.inplace:
         builder.function.args[0].add_attribute("noalias")
 
-    scopes = _AliasScopes(builder, len(outputs), spec.inplace)
-    loops = [cgutils.for_range(builder, length) for length in iter_shape]
-    indices = [loop.__enter__().index for loop in loops]
+    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types)
+    if chunked:
+        from ptnumba_codegen.lowering.parallel import emit_chunked
 
-    scalars = []
-    for k, (ty, val, bc) in enumerate(zip(input_types, input_values, spec.input_bc, strict=True)):
-        if bc is None:
-            scalars.append(val)
-            continue
-        idx = [zero if b else i for i, b in zip(indices, bc, strict=True)]
-        raw = builder.load(_item_pointer(context, builder, arrays[k], ty, idx))
-        scopes.tag_load(raw, k)
-        scalars.append(context.data_model_manager[ty.dtype].from_data(builder, raw))
-
-    results = body(scalars)
-
-    for i, (out, ty, bc, val, val_ty) in enumerate(
-        zip(outputs, output_types, spec.output_bc, results, body_output_types, strict=True)
-    ):
-        red = spec.reduce_of(i)
-        if red is not None and red.scalar_acc:
-            with stamp(builder, red.flags):
-                val = context.cast(builder, val, val_ty, ty)
-                builder.store(combine(builder, red.op, ty, builder.load(acc_ptr := out), val), acc_ptr)
-            continue
-        idx = [zero if b else j for j, b in zip(indices, bc, strict=True)]
-        ptr = _item_pointer(context, builder, out, ty, idx)
-        model = context.data_model_manager[ty.dtype]
-        if red is not None:
-            with stamp(builder, red.flags):
-                val = context.cast(builder, val, val_ty, ty.dtype)
-                old = builder.load(ptr)
-                scopes.tag_output(old, i)
-                val = combine(builder, red.op, ty.dtype, model.from_data(builder, old), val)
-        scopes.tag_output(builder.store(model.as_data(builder, val), ptr), i)
-
-    for loop in reversed(loops):
-        loop.__exit__(None, None, None)
+        emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_shape, split)
+    else:
+        nest.emit(builder, input_values, arrays, outputs, iter_shape, context.get_constant(types.intp, 0), iter_shape[0] if iter_shape else None)
 
     values = []
     for i, (out, ty) in enumerate(zip(outputs, output_types, strict=True)):
@@ -251,6 +239,66 @@ def emit_loop(
     return context.make_tuple(builder, types.Tuple(output_types), values)
 
 
+@dataclass
+class LoopNest:
+    """The loop nest over the iteration space, outermost axis restricted to ``[lo, hi)``.
+
+    Emitted inline in the kernel, or once in a chunk function the threads call.
+    """
+
+    context: object
+    spec: LoopSpec
+    input_types: tuple
+    output_types: list
+    body: Callable[[object, list], list]
+    body_output_types: list
+
+    def emit(self, builder, input_values, arrays, outputs, iter_shape, lo, hi):
+        context, spec = self.context, self.spec
+        zero = context.get_constant(types.intp, 0)
+        scopes = _AliasScopes(builder, len(outputs), spec.inplace)
+        loops = [
+            cgutils.for_range(builder, hi, start=lo) if d == 0 else cgutils.for_range(builder, length)
+            for d, length in enumerate(iter_shape)
+        ]
+        indices = [loop.__enter__().index for loop in loops]
+
+        scalars = []
+        for k, (ty, val, bc) in enumerate(zip(self.input_types, input_values, spec.input_bc, strict=True)):
+            if bc is None:
+                scalars.append(val)
+                continue
+            idx = [zero if b else i for i, b in zip(indices, bc, strict=True)]
+            raw = builder.load(_item_pointer(context, builder, arrays[k], ty, idx))
+            scopes.tag_load(raw, k)
+            scalars.append(context.data_model_manager[ty.dtype].from_data(builder, raw))
+
+        results = self.body(builder, scalars)
+
+        for i, (out, ty, bc, val, val_ty) in enumerate(
+            zip(outputs, self.output_types, spec.output_bc, results, self.body_output_types, strict=True)
+        ):
+            red = spec.reduce_of(i)
+            if red is not None and red.scalar_acc:
+                with stamp(builder, red.flags):
+                    val = context.cast(builder, val, val_ty, ty)
+                    builder.store(combine(builder, red.op, ty, builder.load(acc_ptr := out), val), acc_ptr)
+                continue
+            idx = [zero if b else j for j, b in zip(indices, bc, strict=True)]
+            ptr = _item_pointer(context, builder, out, ty, idx)
+            model = context.data_model_manager[ty.dtype]
+            if red is not None:
+                with stamp(builder, red.flags):
+                    val = context.cast(builder, val, val_ty, ty.dtype)
+                    old = builder.load(ptr)
+                    scopes.tag_output(old, i)
+                    val = combine(builder, red.op, ty.dtype, model.from_data(builder, old), val)
+            scopes.tag_output(builder.store(model.as_data(builder, val), ptr), i)
+
+        for loop in reversed(loops):
+            loop.__exit__(None, None, None)
+
+
 def _fill(context, builder, array, array_type, shape, value):
     """Pre-fill a fresh C-contiguous buffer with a reduction identity."""
     n = context.get_constant(types.intp, 1)
@@ -264,4 +312,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopSpec", "Reduce", "combine", "emit_loop"]
+__all__ = ["LoopNest", "LoopSpec", "Reduce", "combine", "emit_loop", "splittable"]

@@ -1,0 +1,216 @@
+"""Loops split across threads (policy ``[parallel]``) give the unsplit loop's bits.
+
+Two policies compile every graph: ``split`` (threshold 1 element, so every splittable
+loop with an outer axis >= 2 runs on numba's threads) and ``one_thread`` (``threads = 1``).
+They must agree bit for bit with each other and with the ``split`` kernel run with the
+process gate closed (the same machine code, never split), and with the C backend to 1e-12.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode
+from pytensor.scalar import basic as ps
+from pytensor.scalar.loop import ScalarLoop
+from pytensor.tensor.elemwise import Elemwise
+
+import ptnumba_codegen
+from conftest import assert_same_bits, policy_nodes
+
+SPLIT = '[parallel]\nthreads = "auto"\nmin_elements = 1\n'
+ONE_THREAD = "[parallel]\nthreads = 1\n"
+
+_FNS: dict = {}
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parallel_policies")
+    out = {}
+    for name, table in (("split", SPLIT), ("one_thread", ONE_THREAD)):
+        path = d / f"{name}.toml"
+        path.write_text(f'extends = "default"\n{table}')
+        out[name] = str(path)
+    return out
+
+
+def compiled(name, build, policy_path, backend, inspect_ir=False):
+    key = (name, backend, inspect_ir)
+    if key not in _FNS:
+        inputs, outputs = build()
+        if backend == "c":
+            mode = Mode(linker="cvm", optimizer="fast_run")
+        else:
+            mode = ptnumba_codegen.policy_mode(policy_path)
+        flags = {"numba__cache": False} if inspect_ir else {}
+        with pytensor.config.change_flags(**flags):
+            _FNS[key] = pytensor.function(inputs, outputs, mode=mode)
+    return _FNS[key]
+
+
+def _vec3(expr):
+    def build():
+        x, y, z = pt.vectors("x", "y", "z")
+        return [x, y, z], expr(x, y, z)
+
+    return build
+
+
+def _mat(expr):
+    def build():
+        X = pt.matrix("X")
+        return [X], expr(X)
+
+    return build
+
+
+VECTOR_GRAPHS = {
+    "max_mul": _vec3(lambda x, y, z: pt.maximum(x, y) * z),
+    "fma": _vec3(lambda x, y, z: x * y + z),
+    "exp_fma": _vec3(lambda x, y, z: pt.exp(x) * y + z),
+    "tanh_erf": _vec3(lambda x, y, z: pt.tanh(x) + pt.erf(y) - z),
+    "sigmoid_switch": _vec3(lambda x, y, z: pt.switch(x > 0, pt.log(x), pt.sigmoid(y)) * z),
+    "two_outputs": _vec3(lambda x, y, z: [pt.exp(x) * y, (x > y) & (z < 0)]),
+    "inplace_after_cumsum": _vec3(lambda x, y, z: pt.exp(pt.cumsum(x)) * y + z),
+}
+MATRIX_GRAPHS = {
+    "softmax_rows": _mat(lambda X: pt.special.softmax(X, axis=-1)),
+    "logsumexp_rows": _mat(lambda X: pt.logsumexp(X, axis=1)),
+    "sum_axis0": _mat(lambda X: pt.exp(X).sum(axis=0)),
+    "sum_all": _mat(lambda X: pt.exp(X).sum()),
+    "max_rows": _mat(lambda X: pt.max(X * X, axis=1)),
+}
+LENGTHS = (1, 7, 63, 64, 65, 129, 1000, 100_003)
+SHAPES = ((1, 5), (2, 1), (3, 1000), (1001, 7), (300, 301))
+
+
+def _vector_inputs(n, seed):
+    rng = np.random.default_rng(seed)
+    x, y, z = (rng.normal(scale=3, size=n) for _ in range(3))
+    x[::17] = np.nan
+    y[::23] = -np.inf
+    x[5::31] = 0.0
+    return x, y, z
+
+
+def _as_list(result):
+    return list(result) if isinstance(result, list | tuple) else [result]
+
+
+def _check(name, build, args, policies):
+    split = compiled(name, build, policies["split"], "split")
+    single = compiled(name, build, policies["one_thread"], "one_thread")
+    ref = compiled(name, build, None, "c")
+    res_split, res_single, res_ref = (f(*[a.copy() for a in args]) for f in (split, single, ref))
+    ptnumba_codegen.set_parallel_enabled(False)  # the same kernel, never split
+    try:
+        res_closed = split(*[a.copy() for a in args])
+    finally:
+        ptnumba_codegen.set_parallel_enabled(True)
+    for a, b, c, d in zip(*map(_as_list, (res_split, res_single, res_ref, res_closed)), strict=True):
+        assert_same_bits(a, d)
+        assert_same_bits(a, b)
+        if np.asarray(c).dtype.kind == "f":
+            np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-13, equal_nan=True)  # atol: cancellation in x - z
+        else:
+            np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("name", sorted(VECTOR_GRAPHS))
+def test_split_vectors_equal_one_thread_bit_for_bit(policies, name):
+    for n in LENGTHS:
+        _check(name, VECTOR_GRAPHS[name], _vector_inputs(n, n), policies)
+    # a strided view and a negative stride
+    x, y, z = _vector_inputs(30_001, 1)
+    _check(name, VECTOR_GRAPHS[name], (x[::3], y[::3], z[::3]), policies)
+    _check(name, VECTOR_GRAPHS[name], (x[::-1], y[::-1], z[::-1]), policies)
+
+
+@pytest.mark.parametrize("name", sorted(MATRIX_GRAPHS))
+def test_split_matrices_equal_one_thread_bit_for_bit(policies, name):
+    rng = np.random.default_rng(7)
+    for shape in SHAPES:
+        X = rng.normal(scale=30, size=shape)
+        X.flat[::13] = -np.inf
+        _check(name, MATRIX_GRAPHS[name], (X,), policies)
+        _check(name, MATRIX_GRAPHS[name], (np.asfortranarray(X),), policies)
+
+
+def test_the_inplace_graph_really_runs_inplace(policies):
+    fn = compiled("inplace_after_cumsum", VECTOR_GRAPHS["inplace_after_cumsum"], policies["split"], "split")
+    assert any(n.op.destroy_map for n in policy_nodes(fn))
+
+
+@pytest.mark.parametrize(
+    "name, splits",
+    [("max_mul", True), ("softmax_rows", True), ("max_rows", True), ("sum_all", False), ("sum_axis0", False)],
+)
+def test_final_ir_calls_numba_parallel_for_only_where_splitting_is_exact(policies, name, splits):
+    build = {**VECTOR_GRAPHS, **MATRIX_GRAPHS}[name]
+    fn = compiled(name, build, policies["split"], "split", inspect_ir=True)
+    n_args = len(fn.maker.fgraph.inputs)
+    args = [np.ones(10) for _ in range(n_args)] if name in VECTOR_GRAPHS else [np.ones((4, 5))]
+    fn(*args)
+    ir = "\n".join(fn.vm.jit_fn.inspect_llvm().values())
+    assert ("@numba_parallel_for" in ir) == splits
+    single = compiled(name, build, policies["one_thread"], "one_thread", inspect_ir=True)
+    single(*args)
+    assert "@numba_parallel_for" not in "\n".join(single.vm.jit_fn.inspect_llvm().values())
+
+
+def _loop_graph():
+    x = pt.vector("x")
+    n = pt.vector("n", dtype="int64")
+    xs = ps.float64("xs")
+    loop = ScalarLoop(init=[xs], update=[xs * 1.5 + 0.25])
+    return [n, x], Elemwise(loop)(n, x)
+
+
+def test_an_exception_in_a_worker_thread_is_raised_with_its_message(policies):
+    split = compiled("scalar_loop", _loop_graph, policies["split"], "split")
+    single = compiled("scalar_loop", _loop_graph, policies["one_thread"], "one_thread")
+    n = np.arange(100_000, dtype="int64") % 5
+    x = np.linspace(-1, 1, 100_000)
+    assert_same_bits(split(n, x), single(n, x))
+    n[90_000] = -1
+    with pytest.raises(ValueError, match="termination condition"):
+        split(n, x)
+
+
+def _child(fn, args, expected, queue):
+    try:
+        same = np.array_equal(fn(*args), expected, equal_nan=True)
+        queue.put((ptnumba_codegen.parallel_enabled(), bool(same)))
+    except Exception as err:  # pragma: no cover - reported to the parent
+        queue.put(repr(err))
+
+
+def test_forked_children_run_split_kernels_on_one_thread(policies):
+    fn = compiled("max_mul", VECTOR_GRAPHS["max_mul"], policies["split"], "split")
+    args = _vector_inputs(200_000, 3)
+    expected = fn(*args)  # the parent has run a split loop (GNU OpenMP is initialized)
+    assert ptnumba_codegen.parallel_enabled()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(fn, args, expected, queue))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0, f"child died with exit code {proc.exitcode}"
+    assert queue.get(timeout=10) == (False, True)
+    assert ptnumba_codegen.parallel_enabled()  # the parent's gate is untouched
+
+
+def test_closed_gate_keeps_results(policies):
+    fn = compiled("exp_fma", VECTOR_GRAPHS["exp_fma"], policies["split"], "split")
+    args = _vector_inputs(50_000, 4)
+    expected = fn(*args)
+    ptnumba_codegen.set_parallel_enabled(False)
+    try:
+        assert_same_bits(fn(*args), expected)
+    finally:
+        ptnumba_codegen.set_parallel_enabled(True)
