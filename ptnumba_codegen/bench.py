@@ -43,6 +43,7 @@ SHORT = {
     "stock_fast": "sf",
     "stock_strict": "ss",
     "policy_default": "pd",
+    "policy_default_1t": "pd1",
     "policy_strict": "ps",
     "policy_fast": "pf",
     "jax": "jax",

@@ -21,6 +21,8 @@ Backends:
 ``stock_strict``    stock numba linker, ``numba__fastmath=False``
 ``policy_default``  `ptnumba_codegen.policy_mode("default")`
 ``policy_strict``   `ptnumba_codegen.policy_mode("strict")`
+``policy_default_1t`` `policy_default` with ``[parallel] threads = 1``: every loop on the
+                    calling thread, to show what the thread split adds
 ``policy_fast``     `ptnumba_codegen.policy_mode("fast")` (not in the default selection)
 ``jax``             ``Mode(linker="jax", optimizer="fast_run")``, only when ``import jax`` works
 
@@ -44,7 +46,7 @@ GROUPS = ("core", "reduction", "transcendental")
 LOG_SQRT_2PI = 0.9189385332046727
 
 #: Backends every runner knows, in table order. ``jax`` is appended when available.
-BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_strict")
+BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_default_1t", "policy_strict")
 EXTRA_BACKENDS = ("policy_fast", "jax")
 ALL_BACKENDS = BACKENDS + EXTRA_BACKENDS
 
@@ -259,6 +261,14 @@ def backend_mode(backend: str):
     if backend in ("stock_fast", "stock_strict"):
         ctx = pytensor.config.change_flags(numba__fastmath=(backend == "stock_fast"))
         return Mode(linker="numba", optimizer="fast_run"), ctx
+    if backend == "policy_default_1t":
+        import dataclasses
+
+        import ptnumba_codegen
+        from ptnumba_codegen.policy import Parallel
+
+        one_thread = dataclasses.replace(ptnumba_codegen.load_policy("default"), parallel=Parallel(threads=1))
+        return ptnumba_codegen.policy_mode(one_thread), contextlib.nullcontext()
     if backend.startswith("policy_"):
         import ptnumba_codegen
 
