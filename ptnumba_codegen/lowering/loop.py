@@ -146,17 +146,36 @@ def _min_max_intrinsic(module, op: str, ty):
     return fn
 
 
+# Accumulations whose result does not depend on the order of the operands.
+ORDER_FREE = ("Maximum", "Minimum", "AND", "OR", "XOR")
+
+
+def blockable(red: Reduce) -> bool:
+    """A full reduction that may be summed in blocks: exact in any order (max/min, bit ops,
+    integer add/mul), or a float accumulation the policy lets reassociate."""
+    if not red.scalar_acc:
+        return False
+    if red.op in ORDER_FREE or np.dtype(red.acc_dtype).kind in "iub":
+        return True
+    return "reassoc" in red.flags
+
+
 def splittable(spec: LoopSpec) -> bool:
     """Whether the loop's outermost axis can be split across threads without changing a bit.
 
-    Every element is computed once, by one thread; an accumulator is only safe when the
-    outermost axis is not one it reduces over (each thread then owns whole rows of it).
+    Every element is computed once, by one thread. A partial reduction is safe when the
+    outermost axis is not one it reduces over (each thread owns whole rows of it); a full
+    reduction when it is ``blockable`` (blocks fixed by the shape, combined in order).
     """
     if spec.ndim == 0 or all(bc is None for bc in spec.input_bc):
         return False
     for i in range(len(spec.output_dtypes)):
         red = spec.reduce_of(i)
-        if red is not None and (red.scalar_acc or 0 in red.axes):
+        if red is None:
+            continue
+        if red.scalar_acc and not blockable(red):
+            return False
+        if not red.scalar_acc and 0 in red.axes:
             return False
     return True
 
@@ -312,4 +331,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopNest", "LoopSpec", "Reduce", "combine", "emit_loop", "splittable"]
+__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "splittable"]

@@ -39,6 +39,8 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
+from ptnumba_codegen.lowering.loop import combine
+from ptnumba_codegen.lowering.stamp import stamp
 
 GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
 _GATE = (ctypes.c_int32 * 2)(1, 0)  # [enabled, busy]
@@ -49,6 +51,10 @@ CHUNK_ALIGN = 64  # elements: 1-d chunk boundaries fall on whole cache lines
 # plain operations, so loops with them split from fewer elements (measured on 2 cores:
 # max(x,y)*z breaks even near 32k elements, exp(x)*y+z near 6k, tanh(x)+erf(y) near 2k).
 TRANSCENDENTAL_WEIGHT = 4
+# Full reductions are cut into blocks of about this many elements (at most MAX_BLOCKS
+# blocks): the partial sums' order depends on the shape only, never on the threads.
+BLOCK_ELEMENTS = 16384
+MAX_BLOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -114,16 +120,26 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
 
     Every splittable loop goes through the chunk function, whatever the policy says about
     threads, so the ``threads`` setting (and the call-time decision) never changes a bit.
-    ``split=None``: the chunk function is called once on the whole range.
+    ``split=None``: the chunk function is called on this thread only.
+
+    Full reductions (``x.sum()``) are *blocked*: the outermost axis is cut into blocks whose
+    size depends on the shape alone (``block_rows``), each block accumulates from the
+    identity into its own partial, and the partials are combined in block order. Threads
+    take whole blocks, so the result is the same for any thread count.
     """
     module = builder.module
+    spec = nest.spec
     intp = context.get_value_type(types.intp)
     i32 = ir.IntType(32)
     i8p = ir.IntType(8).as_pointer()
+    accs = [i for i in range(len(outputs)) if spec.reduce_of(i) is not None and spec.reduce_of(i).scalar_acc]
+    acc_types = {i: nest.output_types[i] for i in accs}
+    part_tys = {i: ir.ArrayType(context.get_value_type(acc_types[i]), MAX_BLOCKS) for i in accs}
 
-    # -- the state the chunk function reads: every input, every output, the iteration shape
-    fields = [v.type for v in input_values] + [o._getvalue().type for o in outputs]
-    fields += [intp] * len(iter_shape) + [intp, i32]  # ..., chunk length, error flag
+    # -- the state the chunk function reads: every input, every output (a partials array
+    # for an accumulator), the iteration shape, the chunk length, an error flag
+    out_fields = [part_tys[i].as_pointer() if i in part_tys else o._getvalue().type for i, o in enumerate(outputs)]
+    fields = [v.type for v in input_values] + out_fields + [intp] * len(iter_shape) + [intp, i32]
     state_ty = ir.LiteralStructType(fields)
     n_in, n_out, nd = len(input_values), len(outputs), len(iter_shape)
     CHUNK, ERR = n_in + n_out + nd, n_in + n_out + nd + 1
@@ -146,28 +162,65 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     values = [cb.load(field(cb, st, k)) for k in range(n_in + n_out + nd)]
     in_vals, out_vals, shape = values[:n_in], values[n_in : n_in + n_out], values[n_in + n_out :]
     c_arrays = {k: arrayobj.make_array(nest.input_types[k])(context, cb, in_vals[k]) for k in arrays}
-    c_outputs = [arrayobj.make_array(ty)(context, cb, v) for ty, v in zip(nest.output_types, out_vals, strict=True)]
-    inplace = dict(nest.spec.inplace)
+    c_outputs = []
+    for i, (ty, v) in enumerate(zip(nest.output_types, out_vals, strict=True)):
+        if i in part_tys:  # this block's accumulator, from the identity
+            local = cgutils.alloca_once(cb, context.get_value_type(ty))
+            cb.store(context.get_constant(ty, spec.reduce_of(i).identity), local)
+            c_outputs.append(local)
+        else:
+            c_outputs.append(arrayobj.make_array(ty)(context, cb, v))
+    inplace = dict(spec.inplace)
     for i, k in inplace.items():  # a destroyed input is its output: one struct for both
         c_outputs[i] = c_arrays[k]
     nest.emit(cb, in_vals, c_arrays, c_outputs, shape, lo, hi)
+    if accs:
+        block = cb.sdiv(lo, cb.load(field(cb, st, CHUNK)))
+        for i in accs:
+            cb.store(cb.load(c_outputs[i]), cb.gep(out_vals[i], [i32(0), block]))
     context.call_conv.return_value(cb, context.get_dummy_value())
 
     # -- the kernel: fill the state
     state = cgutils.alloca_once(builder, state_ty)
-    for k, v in enumerate([*input_values, *(o._getvalue() for o in outputs), *iter_shape]):
+    parts = {i: cgutils.alloca_once(builder, part_tys[i]) for i in accs}
+    out_state = [parts[i] if i in parts else o._getvalue() for i, o in enumerate(outputs)]
+    for k, v in enumerate([*input_values, *out_state, *iter_shape]):
         builder.store(v, field(builder, state, k))
     builder.store(i32(0), field(builder, state, ERR))
     state_p = builder.bitcast(state, i8p)
     n0 = iter_shape[0]
+    total = intp(1)
+    for length in iter_shape:
+        total = builder.mul(total, length)
+    if accs:
+        rows = block_rows(builder, intp, n0, total)
+        builder.store(rows, field(builder, state, CHUNK))
+        nblocks = _ceil_div(builder, n0, rows)
 
     def run_on_this_thread():
-        status, _ = context.call_conv.call_function(builder, chunk, types.none, argtys, [state_p, intp(0), n0])
-        with builder.if_then(status.is_error, likely=False):
-            context.call_conv.return_status_propagate(builder, status)
+        def call(c_lo, c_hi):
+            status, _ = context.call_conv.call_function(builder, chunk, types.none, argtys, [state_p, c_lo, c_hi])
+            with builder.if_then(status.is_error, likely=False):
+                context.call_conv.return_status_propagate(builder, status)
+
+        if not accs:
+            call(intp(0), n0)
+            return
+        with cgutils.for_range(builder, nblocks) as loop:
+            c_lo = builder.mul(loop.index, rows)
+            c_hi = builder.add(c_lo, rows)
+            call(c_lo, builder.select(builder.icmp_signed("<", c_hi, n0), c_hi, n0))
+
+    def combine_partials():
+        for i in accs:
+            red, ty = spec.reduce_of(i), acc_types[i]
+            with cgutils.for_range(builder, nblocks) as loop, stamp(builder, red.flags):
+                part = builder.load(builder.gep(parts[i], [i32(0), loop.index]))
+                builder.store(combine(builder, red.op, ty, builder.load(outputs[i]), part), outputs[i])
 
     if split is None:
         run_on_this_thread()
+        combine_partials()
         return
 
     # -- trampoline(args, dims, steps, data): the gufunc ABI numba_parallel_for calls
@@ -191,10 +244,6 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     tb.ret_void()
 
     # -- the decision
-    total = intp(1)
-    for length in iter_shape:
-        total = builder.mul(total, length)
-
     get_num_threads = _declare(module, "get_num_threads", ir.FunctionType(intp, []))
     gate = _gate(module)
     enabled_p = builder.gep(gate, [i32(0), i32(0)])
@@ -203,7 +252,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
 
     big = builder.and_(
         builder.icmp_signed(">=", total, intp(split.min_elements)),
-        builder.icmp_signed(">=", n0, intp(2)),
+        builder.icmp_signed(">=", nblocks if accs else n0, intp(2)),
     )
     with builder.if_then(big, likely=False):
         nthreads = builder.call(get_num_threads, [])
@@ -214,12 +263,15 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         with builder.if_then(builder.and_(open_, builder.icmp_signed(">", nthreads, intp(1)))):
             got = builder.extract_value(builder.cmpxchg(busy_p, i32(0), i32(1), "acquire", "monotonic"), 1)
             with builder.if_then(got):
-                clen = builder.sdiv(builder.sub(builder.add(n0, nthreads), intp(1)), nthreads)
-                if nd == 1:  # whole cache lines per thread
-                    a = intp(CHUNK_ALIGN)
-                    clen = builder.mul(builder.sdiv(builder.add(clen, intp(CHUNK_ALIGN - 1)), a), a)
-                nchunks = builder.sdiv(builder.sub(builder.add(n0, clen), intp(1)), clen)
-                builder.store(clen, field(builder, state, CHUNK))
+                if accs:  # whole blocks (the chunk length is already the block length)
+                    nchunks = nblocks
+                else:
+                    clen = _ceil_div(builder, n0, nthreads)
+                    if nd == 1:  # whole cache lines per thread
+                        a = intp(CHUNK_ALIGN)
+                        clen = builder.mul(_ceil_div(builder, clen, a), a)
+                    nchunks = _ceil_div(builder, n0, clen)
+                    builder.store(clen, field(builder, state, CHUNK))
                 _launch(context, builder, tramp, state_p, nchunks, nthreads)
                 builder.store_atomic(i32(0), busy_p, "release", 4)
                 builder.store(ir.Constant(ir.IntType(1), 1), did_split)
@@ -236,6 +288,22 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
             )
     with builder.if_then(builder.or_(builder.not_(did), failed)):
         run_on_this_thread()
+    combine_partials()
+
+
+def _ceil_div(builder, a, b):
+    return builder.sdiv(builder.sub(builder.add(a, b), b.type(1)), b)
+
+
+def block_rows(builder, intp, n0, total):
+    """Rows of the outermost axis per reduction block: about BLOCK_ELEMENTS elements, at
+    most MAX_BLOCKS blocks. A function of the shape alone, never of the thread count."""
+    safe_n0 = builder.select(builder.icmp_signed(">", n0, intp(0)), n0, intp(1))
+    inner = builder.sdiv(total, safe_n0)
+    inner = builder.select(builder.icmp_signed(">", inner, intp(0)), inner, intp(1))
+    rows = _ceil_div(builder, intp(BLOCK_ELEMENTS), inner)
+    least = _ceil_div(builder, safe_n0, intp(MAX_BLOCKS))
+    return builder.select(builder.icmp_signed(">", rows, least), rows, least)
 
 
 def _launch(context, builder, tramp, state_p, nchunks, nthreads):
