@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from llvmlite import binding as llvm
@@ -212,10 +213,12 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
             call(c_lo, builder.select(builder.icmp_signed("<", c_hi, n0), c_hi, n0))
 
     def combine_partials():
+        # In block order, with the accumulator's flags; at most MAX_BLOCKS steps, so the
+        # loop stays rolled (unrolling or vectorizing it would only cost compile time).
         for i in accs:
             red, ty = spec.reduce_of(i), acc_types[i]
-            with cgutils.for_range(builder, nblocks) as loop, stamp(builder, red.flags):
-                part = builder.load(builder.gep(parts[i], [i32(0), loop.index]))
+            with _rolled_loop(builder, nblocks) as index, stamp(builder, red.flags):
+                part = builder.load(builder.gep(parts[i], [i32(0), index]))
                 builder.store(combine(builder, red.op, ty, builder.load(outputs[i]), part), outputs[i])
 
     if split is None:
@@ -289,6 +292,28 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     with builder.if_then(builder.or_(builder.not_(did), failed)):
         run_on_this_thread()
     combine_partials()
+
+
+@contextmanager
+def _rolled_loop(builder, count):
+    """``for index in range(count)`` that LLVM must neither unroll nor vectorize."""
+    module = builder.module
+    pre = builder.basic_block
+    cond = builder.append_basic_block("rolled.cond")
+    body = builder.append_basic_block("rolled.body")
+    end = builder.append_basic_block("rolled.end")
+    builder.branch(cond)
+    builder.position_at_end(cond)
+    index = builder.phi(count.type)
+    index.add_incoming(count.type(0), pre)
+    builder.cbranch(builder.icmp_signed("<", index, count), body, end)
+    builder.position_at_end(body)
+    yield index
+    index.add_incoming(builder.add(index, count.type(1)), builder.basic_block)
+    hints = [module.add_metadata([ir.MetaDataString(module, h)]) for h in ("llvm.loop.unroll.disable",)]
+    hints.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.IntType(1)(0)]))
+    builder.branch(cond).set_metadata("llvm.loop", module.add_metadata(hints, self_ref=True))
+    builder.position_at_end(end)
 
 
 def _ceil_div(builder, a, b):
