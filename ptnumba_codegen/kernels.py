@@ -92,6 +92,13 @@ def _finish_reduction(out_type, spec_bc, axes, acc_dtype, scalar_acc) -> Finish:
     return Finish("squeeze", out_dtype, kept, cast=np.dtype(acc_dtype) != np.dtype(out_dtype))
 
 
+def static_size(shape) -> int | None:
+    """The number of elements of a static shape, or None if any length is unknown."""
+    if any(length is None for length in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64))
+
+
 def plan_elemwise(node) -> KernelPlan:
     op = node.op
     program = from_scalar_op(
@@ -104,6 +111,7 @@ def plan_elemwise(node) -> KernelPlan:
         output_bc=tuple(o.type.broadcastable for o in node.outputs),
         output_dtypes=tuple(o.type.dtype for o in node.outputs),
         inplace=tuple(sorted(op.inplace_pattern.items())),
+        static_size=static_size(node.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(Finish("as_is") for _ in node.outputs))
 
@@ -194,6 +202,7 @@ def plan_fused(node) -> KernelPlan:
         output_dtypes=tuple(output_dtypes),
         inplace=tuple(sorted(inplace.items())),
         reduces=tuple(reduces),
+        static_size=static_size(inner.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(finish))
 
@@ -225,6 +234,7 @@ def plan_careduce(node, careduce_op=None, scalar_out=False) -> KernelPlan:
         output_bc=(bc,),
         output_dtypes=(acc_dtype,),
         reduces=(reduce,),
+        static_size=static_size(x.type.shape),
     )
     finish = _finish_reduction(out_type, bc, axes, acc_dtype, scalar_acc)
     return KernelPlan("loop", spec, body, (finish,))

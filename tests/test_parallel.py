@@ -232,3 +232,19 @@ def test_closed_gate_keeps_results(policies):
         assert_same_bits(fn(*args), expected)
     finally:
         ptnumba_codegen.set_parallel_enabled(True)
+
+
+def test_static_shapes_below_the_threshold_get_no_chunk_code(policies):
+    small = pt.tensor("small", shape=(1000,))
+    large = pt.tensor("large", shape=(70_000,))
+    with pytensor.config.change_flags(numba__cache=False):
+        fn = pytensor.function(
+            [small, large],
+            [pt.exp(small).sum(), pt.exp(large).sum()],
+            mode=ptnumba_codegen.policy_mode("default"),
+        )
+    s, lv = np.linspace(0, 1, 1000), np.linspace(0, 1, 70_000)
+    res = fn(s, lv)
+    ir = "\n".join(fn.vm.jit_fn.inspect_llvm().values())
+    assert ir.count("define linkonce_odr i32 @ptnumba_chunk_") == 1  # the large sum only
+    np.testing.assert_allclose(res, [np.exp(s).sum(), np.exp(lv).sum()], rtol=1e-12)

@@ -101,9 +101,12 @@ def build_kernel(
     ``parallel`` (the policy's ``Parallel``) lets large loops split across threads. Every
     splittable loop is emitted the same way whatever ``parallel`` says, so the thread
     setting never changes a result bit; a body that calls stock functions is neither
-    (they may need the GIL).
+    (they may need the GIL), nor a loop whose static shape is below the split threshold.
     """
     chunked = splittable(spec) and not planned.stock_keys
+    if chunked and parallel is not None and spec.static_size is not None:
+        # the types fix the size below the threshold: never split, so no chunk code
+        chunked = spec.static_size >= split_for(parallel, planned).min_elements
     split = None
     if chunked and parallel is not None and parallel.enabled and ensure_threading():
         split = split_for(parallel, planned)

@@ -44,6 +44,7 @@ class LoopSpec:
     output_dtypes: tuple[str, ...]  # stored dtype: the accumulator's for reductions
     inplace: tuple[tuple[int, int], ...] = ()  # (output index, input index)
     reduces: tuple[Reduce | None, ...] | None = None
+    static_size: int | None = None  # elements of the iteration space, when the types fix it
 
     def reduce_of(self, i) -> Reduce | None:
         return None if self.reduces is None else self.reduces[i]
