@@ -14,7 +14,7 @@ from ptnumba_codegen.rewrite import TAG, PolicyCodegen, policy_mode
 import ptnumba_codegen.dispatch  # noqa: E402, F401  (registers the numba lowering)
 from ptnumba_codegen.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
-from ptnumba_codegen.lowering.parallel import parallel_enabled, set_parallel_enabled
+from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
 
 __all__ = [
     "ENV_VAR",

@@ -168,17 +168,17 @@ def test_the_inplace_graph_really_runs_inplace(policies):
         ("sum_all", "split_strict", False),  # a strict sum keeps its sequential order
     ],
 )
-def test_final_ir_calls_numba_parallel_for_only_where_splitting_is_exact(policies, name, policy, splits):
+def test_final_ir_calls_the_split_helper_only_where_splitting_is_exact(policies, name, policy, splits):
     build = {**VECTOR_GRAPHS, **MATRIX_GRAPHS}[name]
     fn = compiled(name, build, policies[policy], policy, inspect_ir=True)
     n_args = len(fn.maker.fgraph.inputs)
     args = [np.ones(10) for _ in range(n_args)] if name in VECTOR_GRAPHS else [np.ones((4, 5))]
     fn(*args)
     ir = "\n".join(fn.vm.jit_fn.inspect_llvm().values())
-    assert ("@numba_parallel_for" in ir) == splits
+    assert ("@ptnumba_codegen_try_split" in ir) == splits
     single = compiled(name, build, policies["one_thread"], "one_thread", inspect_ir=True)
     single(*args)
-    assert "@numba_parallel_for" not in "\n".join(single.vm.jit_fn.inspect_llvm().values())
+    assert "@ptnumba_codegen_try_split" not in "\n".join(single.vm.jit_fn.inspect_llvm().values())
 
 
 def _loop_graph():

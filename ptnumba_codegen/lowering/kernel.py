@@ -20,7 +20,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, splittable
-from ptnumba_codegen.lowering.parallel import ensure_threading, split_for
+from ptnumba_codegen.lowering.parallel import split_for
+from ptnumba_codegen.lowering.split_runtime import ensure_threading
 from ptnumba_codegen.lowering.base import numba_type
 
 KERNEL_JIT_OPTIONS = {

@@ -1,51 +1,36 @@
-"""Split a large loop nest across numba's threading layer.
+"""Split a large loop nest across numba's threading layer: the per-kernel half.
 
 Memory-bound kernels (``maximum(x, y) * z``, ``x * y + z``) are limited by what one core
 can stream; a second core roughly doubles that. The loop nest is emitted once, in a
 *chunk function* ``chunk(state, lo, hi)`` that runs the nest with the outermost axis
-restricted to ``[lo, hi)``. The kernel either calls it once on ``[0, n0)`` or hands
-``numba_parallel_for`` (numba's own scheduler, whatever layer numba picked: tbb, omp or
-workqueue) a gufunc-ABI trampoline that maps chunk numbers to ``[lo, hi)`` ranges.
+restricted to ``[lo, hi)``. The kernel asks the process-wide helper
+(``split_runtime.TRY_SPLIT``) to run the chunks on numba's threads; when it declines (small
+loop, one thread, gate closed, another split running) or a chunk raised, the kernel calls
+the chunk on its own thread.
 
 Results never depend on the split: only loops whose outermost axis is not reduced are
-split (``loop.splittable``), so every element and every accumulator is computed by one
-thread in the sequential order, and libmvec calls give the same bits in a vector body or
-a remainder (``vector_math``). The chunk boundaries of 1-d loops are multiples of 64
-elements, so threads never write the same cache line.
-
-When the loop runs split (all at call time): at least ``min_elements`` elements, an
-outermost axis of at least 2, more than one thread (``numba.get_num_threads()``, capped
-by the policy's ``threads``), the process gate open, and no other split loop running in
-this process (a try-lock: a second concurrent caller runs its loop on its own thread, so
-numba's workqueue layer, which is not thread-safe, never sees two launches).
-
-The gate closes in a child made by ``fork()``: GNU OpenMP cannot run in a forked child,
-and forked workers (PyMC's chains) already use the cores. ``set_parallel_enabled``
-reopens or closes it. A chunk that raises is rerun on the calling thread so the
-exception is raised with its message; for an inplace loop (inputs already overwritten)
-a RuntimeError says so instead.
+split, or full reductions in shape-fixed blocks (``loop.splittable``), so every element and
+every accumulator is computed by one thread in the same order, and libmvec calls give the
+same bits in a vector body or a remainder (``vector_math``). The chunk boundaries of 1-d
+loops are multiples of 64 elements, so threads never write the same cache line. A chunk
+that raises is rerun on the calling thread so the exception is raised with its message;
+for an inplace loop (inputs already overwritten) a RuntimeError says so instead.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
 from ptnumba_codegen.lowering.loop import combine
+from ptnumba_codegen.lowering.split_runtime import TRY_SPLIT, TRY_SPLIT_TYPE
 from ptnumba_codegen.lowering.stamp import stamp
-
-GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
-_GATE = (ctypes.c_int32 * 2)(1, 0)  # [enabled, busy]
-llvm.add_symbol(GATE_SYMBOL, ctypes.addressof(_GATE))
 
 CHUNK_ALIGN = 64  # elements: 1-d chunk boundaries fall on whole cache lines
 # Splitting costs about 3 us (waking the threads); a transcendental call costs several
@@ -70,50 +55,6 @@ def split_for(parallel, planned) -> Split:
     """The policy's ``[parallel]`` applied to one body (heavier bodies split earlier)."""
     heavy = sum(1 for klass in planned.classes if klass == TRANSCENDENTAL)
     return Split(parallel.threads, max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy)))
-
-
-def set_parallel_enabled(enabled: bool) -> None:
-    """Allow (or forbid) split loops in this process; forked children start forbidden."""
-    _GATE[0] = 1 if enabled else 0
-
-
-def parallel_enabled() -> bool:
-    return bool(_GATE[0])
-
-
-def _close_gate_in_child():
-    _GATE[0] = 0
-    _GATE[1] = 0
-
-
-os.register_at_fork(after_in_child=_close_gate_in_child)
-
-_THREADING = None
-
-
-def ensure_threading() -> bool:
-    """Load numba's threading layer (registers ``numba_parallel_for``); False if none loads."""
-    global _THREADING
-    if _THREADING is None:
-        try:
-            from numba.np.ufunc.parallel import _launch_threads
-
-            _launch_threads()
-            _THREADING = True
-        except Exception:  # no usable threading layer: loops stay on the calling thread
-            _THREADING = False
-    return _THREADING
-
-
-def _declare(module, name, fnty):
-    return cgutils.get_or_insert_function(module, fnty, name)
-
-
-def _gate(module):
-    gv = module.globals.get(GATE_SYMBOL)
-    if gv is None:
-        gv = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(32), 2), GATE_SYMBOL)
-    return gv
 
 
 def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_shape, split: Split | None):
@@ -226,70 +167,32 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         combine_partials()
         return
 
-    # -- trampoline(args, dims, steps, data): the gufunc ABI numba_parallel_for calls
-    tramp_ty = ir.FunctionType(ir.VoidType(), [i8p.as_pointer(), intp.as_pointer(), intp.as_pointer(), i8p])
-    tramp = ir.Function(module, tramp_ty, module.get_unique_name("ptnumba_split"))
-    tramp.linkage = "internal"
-    tb = ir.IRBuilder(tramp.append_basic_block("entry"))
-    t_args, t_dims, _t_steps, t_data = tramp.args
-    first = tb.ptrtoint(tb.load(t_args), intp)  # args[0] = NULL + chunk number * step 1
-    count = tb.load(t_dims)
-    tst = tb.bitcast(t_data, state_ty.as_pointer())
-    clen = tb.load(field(tb, tst, CHUNK))
-    t_n0 = tb.load(field(tb, tst, n_in + n_out))
-    with cgutils.for_range(tb, count) as loop:
-        c_lo = tb.mul(tb.add(first, loop.index), clen)
-        c_hi = tb.add(c_lo, clen)
-        c_hi = tb.select(tb.icmp_signed("<", c_hi, t_n0), c_hi, t_n0)
-        status, _ = context.call_conv.call_function(tb, chunk, types.none, argtys, [t_data, c_lo, c_hi])
-        with tb.if_then(status.is_error, likely=False):
-            tb.store_atomic(i32(1), field(tb, tst, ERR), "monotonic", 4)
-    tb.ret_void()
-
-    # -- the decision
-    get_num_threads = _declare(module, "get_num_threads", ir.FunctionType(intp, []))
-    gate = _gate(module)
-    enabled_p = builder.gep(gate, [i32(0), i32(0)])
-    busy_p = builder.gep(gate, [i32(0), i32(1)])
-    did_split = cgutils.alloca_once_value(builder, ir.Constant(ir.IntType(1), 0))
-
-    big = builder.and_(
-        builder.icmp_signed(">=", total, intp(split.min_elements)),
-        builder.icmp_signed(">=", nblocks if accs else n0, intp(2)),
+    # -- the helper decides and, if it splits, runs the chunks on numba's threads
+    try_split = cgutils.get_or_insert_function(module, TRY_SPLIT_TYPE, TRY_SPLIT)
+    outcome = builder.call(
+        try_split,
+        [
+            builder.bitcast(chunk, i8p),
+            state_p,
+            n0,
+            total,
+            intp(split.min_elements),
+            intp(split.threads),
+            rows if accs else intp(0),
+            intp(CHUNK_ALIGN if nd == 1 else 1),
+            field(builder, state, CHUNK),
+            field(builder, state, ERR),
+        ],
     )
-    with builder.if_then(big, likely=False):
-        nthreads = builder.call(get_num_threads, [])
-        if split.threads > 0:
-            cap = intp(split.threads)
-            nthreads = builder.select(builder.icmp_signed("<", nthreads, cap), nthreads, cap)
-        open_ = builder.icmp_signed("!=", builder.load_atomic(enabled_p, "monotonic", 4), i32(0))
-        with builder.if_then(builder.and_(open_, builder.icmp_signed(">", nthreads, intp(1)))):
-            got = builder.extract_value(builder.cmpxchg(busy_p, i32(0), i32(1), "acquire", "monotonic"), 1)
-            with builder.if_then(got):
-                if accs:  # whole blocks (the chunk length is already the block length)
-                    nchunks = nblocks
-                else:
-                    clen = _ceil_div(builder, n0, nthreads)
-                    if nd == 1:  # whole cache lines per thread
-                        a = intp(CHUNK_ALIGN)
-                        clen = builder.mul(_ceil_div(builder, clen, a), a)
-                    nchunks = _ceil_div(builder, n0, clen)
-                    builder.store(clen, field(builder, state, CHUNK))
-                _launch(context, builder, tramp, state_p, nchunks, nthreads)
-                builder.store_atomic(i32(0), busy_p, "release", 4)
-                builder.store(ir.Constant(ir.IntType(1), 1), did_split)
-
-    failed = builder.icmp_signed("!=", builder.load(field(builder, state, ERR)), i32(0))
-    did = builder.load(did_split)
     if inplace:
-        with builder.if_then(builder.and_(did, failed), likely=False):
+        with builder.if_then(builder.icmp_signed("==", outcome, i32(2)), likely=False):
             context.call_conv.return_user_exc(
                 builder,
                 RuntimeError,
                 ("ptnumba_codegen: an inplace loop raised in a worker thread; "
                  "set [parallel] threads = 1 in the policy to see the exception",),
             )
-    with builder.if_then(builder.or_(builder.not_(did), failed)):
+    with builder.if_then(builder.icmp_signed("!=", outcome, i32(1))):
         run_on_this_thread()
     combine_partials()
 
@@ -331,29 +234,4 @@ def block_rows(builder, intp, n0, total):
     return builder.select(builder.icmp_signed(">", rows, least), rows, least)
 
 
-def _launch(context, builder, tramp, state_p, nchunks, nthreads):
-    """``numba_parallel_for``: chunk numbers 0..nchunks-1 arrive as args[0] (NULL, step 1)."""
-    intp = context.get_value_type(types.intp)
-    i8p = ir.IntType(8).as_pointer()
-    parallel_for = _declare(
-        builder.module, "numba_parallel_for", ir.FunctionType(ir.VoidType(), [i8p] * 5 + [intp] * 3)
-    )
-    args = cgutils.alloca_once_value(builder, ir.Constant(i8p, None))
-    dims = cgutils.alloca_once_value(builder, nchunks)
-    steps = cgutils.alloca_once_value(builder, intp(1))
-    builder.call(
-        parallel_for,
-        [
-            builder.bitcast(tramp, i8p),
-            builder.bitcast(args, i8p),
-            builder.bitcast(dims, i8p),
-            builder.bitcast(steps, i8p),
-            state_p,
-            intp(0),  # inner_ndim: dims holds the outer count only
-            intp(1),  # array_count: args[0] alone is offset per chunk
-            nthreads,
-        ],
-    )
-
-
-__all__ = ["Split", "emit_chunked", "split_for", "ensure_threading", "parallel_enabled", "set_parallel_enabled"]
+__all__ = ["Split", "emit_chunked", "split_for"]
