@@ -51,6 +51,10 @@ def explain_node(node) -> list[str]:
     width = max((len(s) for s in plan.body.program.describe()), default=0)
     for (text, klass, flags), kind in zip(plan.body.rows(), kinds, strict=True):
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}")
+    if plan.kind == "loop" and plan.spec is not None:
+        from ptnumba_codegen.lowering.parallel import split_decision
+
+        lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel)[2]}")
     if plan.spec is not None and plan.spec.reduces:
         for i, red in enumerate(plan.spec.reduces):
             if red is not None:

@@ -248,3 +248,12 @@ def test_static_shapes_below_the_threshold_get_no_chunk_code(policies):
     ir = "\n".join(fn.vm.jit_fn.inspect_llvm().values())
     assert ir.count("define linkonce_odr i32 @ptnumba_chunk_") == 1  # the large sum only
     np.testing.assert_allclose(res, [np.exp(s).sum(), np.exp(lv).sum()], rtol=1e-12)
+
+
+def test_explain_reports_the_thread_decision(policies):
+    fn = compiled("logp_sum", VECTOR_GRAPHS["logp_sum"], policies["split"], "split")
+    assert "threads: split in shape-fixed blocks from 1 elements" in ptnumba_codegen.explain(fn)
+    strict = compiled("sum_all", MATRIX_GRAPHS["sum_all"], policies["split_strict"], "split_strict")
+    assert "threads: never split: the outer axis is reduced, or a full reduction must keep its order" in (
+        ptnumba_codegen.explain(strict)
+    )

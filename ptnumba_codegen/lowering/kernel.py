@@ -19,8 +19,8 @@ from numba.extending import intrinsic, overload
 from numpy.lib.stride_tricks import as_strided
 
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
-from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, splittable
-from ptnumba_codegen.lowering.parallel import split_for
+from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop
+from ptnumba_codegen.lowering.parallel import split_decision
 from ptnumba_codegen.lowering.split_runtime import ensure_threading
 from ptnumba_codegen.lowering.base import numba_type
 
@@ -104,13 +104,9 @@ def build_kernel(
     setting never changes a result bit; a body that calls stock functions is neither
     (they may need the GIL), nor a loop whose static shape is below the split threshold.
     """
-    chunked = splittable(spec) and not planned.stock_keys
-    if chunked and parallel is not None and spec.static_size is not None:
-        # the types fix the size below the threshold: never split, so no chunk code
-        chunked = spec.static_size >= split_for(parallel, planned).min_elements
-    split = None
-    if chunked and parallel is not None and parallel.enabled and ensure_threading():
-        split = split_for(parallel, planned)
+    chunked, split, _why = split_decision(spec, planned, parallel)
+    if split is not None and not ensure_threading():
+        split = None
     loop = make_loop(spec, planned, name, chunked, split)
     n_out = len(spec.output_dtypes)
     finish = finish or tuple(Finish("as_is") for _ in range(n_out))

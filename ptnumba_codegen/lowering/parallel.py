@@ -28,7 +28,7 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
-from ptnumba_codegen.lowering.loop import combine
+from ptnumba_codegen.lowering.loop import combine, splittable
 from ptnumba_codegen.lowering.split_runtime import TRY_SPLIT, TRY_SPLIT_TYPE
 from ptnumba_codegen.lowering.stamp import stamp
 
@@ -55,6 +55,26 @@ def split_for(parallel, planned) -> Split:
     """The policy's ``[parallel]`` applied to one body (heavier bodies split earlier)."""
     heavy = sum(1 for klass in planned.classes if klass == TRANSCENDENTAL)
     return Split(parallel.threads, max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy)))
+
+
+def split_decision(spec, planned, parallel) -> tuple[bool, Split | None, str]:
+    """``(chunked, split, why)`` for one kernel: whether its loop goes through a chunk
+    function, the static part of the split decision (None: never split), and why."""
+    if not splittable(spec):
+        return False, None, "never split: the outer axis is reduced, or a full reduction must keep its order"
+    if planned.stock_keys:
+        return False, None, "never split: the body calls a stock function"
+    if parallel is None:
+        return True, None, "never split: no policy"
+    split = split_for(parallel, planned)
+    if spec.static_size is not None and spec.static_size < split.min_elements:
+        return False, None, f"never split: its static size {spec.static_size} is below {split.min_elements} elements"
+    if not parallel.enabled:
+        return True, None, "never split: threads = 1"
+    blocked = any(r is not None and r.scalar_acc for r in (spec.reduces or ()))
+    cap = "numba.get_num_threads()" if split.threads == 0 else f"at most {split.threads}"
+    how = "in shape-fixed blocks" if blocked else "along the outer axis"
+    return True, split, f"split {how} from {split.min_elements} elements, on {cap} threads"
 
 
 def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_shape, split: Split | None):
@@ -234,4 +254,4 @@ def block_rows(builder, intp, n0, total):
     return builder.select(builder.icmp_signed(">", rows, least), rows, least)
 
 
-__all__ = ["Split", "emit_chunked", "split_for"]
+__all__ = ["Split", "emit_chunked", "split_decision", "split_for"]
