@@ -126,20 +126,26 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     c_arrays = {k: arrayobj.make_array(nest.input_types[k])(context, cb, in_vals[k]) for k in arrays}
     c_outputs = []
     for i, (ty, v) in enumerate(zip(nest.output_types, out_vals, strict=True)):
-        if i in part_tys:  # this block's accumulator, from the identity
-            local = cgutils.alloca_once(cb, context.get_value_type(ty))
-            cb.store(context.get_constant(ty, spec.reduce_of(i).identity), local)
-            c_outputs.append(local)
+        if i in part_tys:  # the accumulator of the block being run
+            c_outputs.append(cgutils.alloca_once(cb, context.get_value_type(ty)))
         else:
             c_outputs.append(arrayobj.make_array(ty)(context, cb, v))
     inplace = dict(spec.inplace)
     for i, k in inplace.items():  # a destroyed input is its output: one struct for both
         c_outputs[i] = c_arrays[k]
-    nest.emit(cb, in_vals, c_arrays, c_outputs, shape, lo, hi)
-    if accs:
-        block = cb.sdiv(lo, cb.load(field(cb, st, CHUNK)))
-        for i in accs:
-            cb.store(cb.load(c_outputs[i]), cb.gep(out_vals[i], [i32(0), block]))
+    if not accs:
+        nest.emit(cb, in_vals, c_arrays, c_outputs, shape, lo, hi)
+    else:  # every block of [lo, hi) from the identity, into its own partial
+        rows = cb.load(field(cb, st, CHUNK))
+        with cgutils.for_range(cb, _ceil_div(cb, hi, rows), start=cb.sdiv(lo, rows)) as block:
+            b_lo = cb.mul(block.index, rows)
+            b_hi = cb.add(b_lo, rows)
+            b_hi = cb.select(cb.icmp_signed("<", b_hi, hi), b_hi, hi)
+            for i in accs:
+                cb.store(context.get_constant(acc_types[i], spec.reduce_of(i).identity), c_outputs[i])
+            nest.emit(cb, in_vals, c_arrays, c_outputs, shape, b_lo, b_hi)
+            for i in accs:
+                cb.store(cb.load(c_outputs[i]), cb.gep(out_vals[i], [i32(0), block.index]))
     context.call_conv.return_value(cb, context.get_dummy_value())
 
     # -- the kernel: fill the state
@@ -159,19 +165,10 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         builder.store(rows, field(builder, state, CHUNK))
         nblocks = _ceil_div(builder, n0, rows)
 
-    def run_on_this_thread():
-        def call(c_lo, c_hi):
-            status, _ = context.call_conv.call_function(builder, chunk, types.none, argtys, [state_p, c_lo, c_hi])
-            with builder.if_then(status.is_error, likely=False):
-                context.call_conv.return_status_propagate(builder, status)
-
-        if not accs:
-            call(intp(0), n0)
-            return
-        with cgutils.for_range(builder, nblocks) as loop:
-            c_lo = builder.mul(loop.index, rows)
-            c_hi = builder.add(c_lo, rows)
-            call(c_lo, builder.select(builder.icmp_signed("<", c_hi, n0), c_hi, n0))
+    def run_on_this_thread():  # every row (every block, in order) on this thread
+        status, _ = context.call_conv.call_function(builder, chunk, types.none, argtys, [state_p, intp(0), n0])
+        with builder.if_then(status.is_error, likely=False):
+            context.call_conv.return_status_propagate(builder, status)
 
     def combine_partials():
         # In block order, with the accumulator's flags; at most MAX_BLOCKS steps, so the
