@@ -164,7 +164,7 @@ def test_the_inplace_graph_really_runs_inplace(policies):
         ("softmax_rows", "split", True),
         ("max_rows", "split", True),
         ("sum_all", "split", True),  # blocked: the policy lets the sum reassociate
-        ("sum_axis0", "split", False),  # the outer axis is reduced into one row
+        ("sum_axis0", "split", True),  # split along axis 1: each column is summed by one thread
         ("sum_all", "split_strict", False),  # a strict sum keeps its sequential order
     ],
 )
@@ -252,8 +252,29 @@ def test_static_shapes_below_the_threshold_get_no_chunk_code(policies):
 
 def test_explain_reports_the_thread_decision(policies):
     fn = compiled("logp_sum", VECTOR_GRAPHS["logp_sum"], policies["split"], "split")
-    assert "threads: split in shape-fixed blocks from 1 elements" in ptnumba_codegen.explain(fn)
+    assert "threads: split in shape-fixed blocks along axis 0 from 1 elements" in ptnumba_codegen.explain(fn)
     strict = compiled("sum_all", MATRIX_GRAPHS["sum_all"], policies["split_strict"], "split_strict")
-    assert "threads: never split: the outer axis is reduced, or a full reduction must keep its order" in (
+    assert "threads: never split: every axis is reduced or of length 1, or a full reduction must keep its order" in (
         ptnumba_codegen.explain(strict)
     )
+
+
+def _row_graph():
+    R = pt.row("R")  # static shape (1, None): the split axis is 1
+    return [R], [pt.exp(R) * 2 - R, pt.exp(R).sum(), (R * R).sum(axis=0)]
+
+
+def test_row_vectors_split_along_their_long_axis(policies):
+    split = compiled("row", _row_graph, policies["split"], "split")
+    single = compiled("row", _row_graph, policies["one_thread"], "one_thread")
+    assert "along axis 1" in ptnumba_codegen.explain(split)
+    R = np.random.default_rng(5).normal(size=(1, 100_003))
+    ptnumba_codegen.set_parallel_enabled(False)
+    try:
+        closed = split(R)
+    finally:
+        ptnumba_codegen.set_parallel_enabled(True)
+    for a, b, c, ref in zip(split(R), single(R), closed, [np.exp(R) * 2 - R, np.exp(R).sum(), (R * R).sum(axis=0)]):
+        assert_same_bits(a, b)
+        assert_same_bits(a, c)
+        np.testing.assert_allclose(a, ref, rtol=1e-10)

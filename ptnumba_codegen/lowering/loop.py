@@ -161,24 +161,36 @@ def blockable(red: Reduce) -> bool:
     return "reassoc" in red.flags
 
 
-def splittable(spec: LoopSpec) -> bool:
-    """Whether the loop's outermost axis can be split across threads without changing a bit.
+def split_axis(spec: LoopSpec) -> int | None:
+    """The axis a loop may be split along across threads without changing a bit, or None.
 
     Every element is computed once, by one thread. A partial reduction is safe when the
-    outermost axis is not one it reduces over (each thread owns whole rows of it); a full
-    reduction when it is ``blockable`` (blocks fixed by the shape, combined in order).
+    split axis is not one it reduces over (each thread owns whole output elements); a full
+    reduction when it is ``blockable`` (blocks fixed by the shape, combined in order). The
+    axis is the first one that is neither reduced nor statically of length 1 (a row vector
+    ``(1, N)`` splits along N).
     """
-    if spec.ndim == 0 or all(bc is None for bc in spec.input_bc):
-        return False
+    arrays = [bc for bc in spec.input_bc if bc is not None]
+    if spec.ndim == 0 or not arrays:
+        return None
+    reduced = set()
     for i in range(len(spec.output_dtypes)):
         red = spec.reduce_of(i)
         if red is None:
             continue
-        if red.scalar_acc and not blockable(red):
-            return False
-        if not red.scalar_acc and 0 in red.axes:
-            return False
-    return True
+        if red.scalar_acc:
+            if not blockable(red):
+                return None
+        else:
+            reduced.update(red.axes)
+    for d in range(spec.ndim):
+        if d not in reduced and not all(bc[d] for bc in arrays):
+            return d
+    return None
+
+
+def splittable(spec: LoopSpec) -> bool:
+    return split_axis(spec) is not None
 
 
 def emit_loop(
@@ -242,7 +254,7 @@ def emit_loop(
 
         emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_shape, split)
     else:
-        nest.emit(builder, input_values, arrays, outputs, iter_shape, context.get_constant(types.intp, 0), iter_shape[0] if iter_shape else None)
+        nest.emit(builder, input_values, arrays, outputs, iter_shape, context.get_constant(types.intp, 0), iter_shape[0] if iter_shape else None, 0)
 
     values = []
     for i, (out, ty) in enumerate(zip(outputs, output_types, strict=True)):
@@ -261,7 +273,7 @@ def emit_loop(
 
 @dataclass
 class LoopNest:
-    """The loop nest over the iteration space, outermost axis restricted to ``[lo, hi)``.
+    """The loop nest over the iteration space, one axis restricted to ``[lo, hi)``.
 
     Emitted inline in the kernel, or once in a chunk function the threads call.
     """
@@ -273,12 +285,13 @@ class LoopNest:
     body: Callable[[object, list], list]
     body_output_types: list
 
-    def emit(self, builder, input_values, arrays, outputs, iter_shape, lo, hi):
+    def emit(self, builder, input_values, arrays, outputs, iter_shape, lo, hi, axis: int):
+        """The nest with axis ``axis`` restricted to ``[lo, hi)``."""
         context, spec = self.context, self.spec
         zero = context.get_constant(types.intp, 0)
         scopes = _AliasScopes(builder, len(outputs), spec.inplace)
         loops = [
-            cgutils.for_range(builder, hi, start=lo) if d == 0 else cgutils.for_range(builder, length)
+            cgutils.for_range(builder, hi, start=lo) if d == axis else cgutils.for_range(builder, length)
             for d, length in enumerate(iter_shape)
         ]
         indices = [loop.__enter__().index for loop in loops]
@@ -332,4 +345,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "splittable"]
+__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "split_axis", "splittable"]

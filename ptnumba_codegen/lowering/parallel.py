@@ -28,7 +28,7 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
-from ptnumba_codegen.lowering.loop import combine, splittable
+from ptnumba_codegen.lowering.loop import combine, split_axis, splittable
 from ptnumba_codegen.lowering.split_runtime import TRY_SPLIT, TRY_SPLIT_TYPE
 from ptnumba_codegen.lowering.stamp import stamp
 
@@ -61,7 +61,7 @@ def split_decision(spec, planned, parallel) -> tuple[bool, Split | None, str]:
     """``(chunked, split, why)`` for one kernel: whether its loop goes through a chunk
     function, the static part of the split decision (None: never split), and why."""
     if not splittable(spec):
-        return False, None, "never split: the outer axis is reduced, or a full reduction must keep its order"
+        return False, None, "never split: every axis is reduced or of length 1, or a full reduction must keep its order"
     if planned.stock_keys:
         return False, None, "never split: the body calls a stock function"
     if parallel is None:
@@ -73,7 +73,8 @@ def split_decision(spec, planned, parallel) -> tuple[bool, Split | None, str]:
         return True, None, "never split: threads = 1"
     blocked = any(r is not None and r.scalar_acc for r in (spec.reduces or ()))
     cap = "numba.get_num_threads()" if split.threads == 0 else f"at most {split.threads}"
-    how = "in shape-fixed blocks" if blocked else "along the outer axis"
+    axis = split_axis(spec)
+    how = f"in shape-fixed blocks along axis {axis}" if blocked else f"along axis {axis}"
     return True, split, f"split {how} from {split.min_elements} elements, on {cap} threads"
 
 
@@ -91,6 +92,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     """
     module = builder.module
     spec = nest.spec
+    axis = split_axis(spec)
     intp = context.get_value_type(types.intp)
     i32 = ir.IntType(32)
     i8p = ir.IntType(8).as_pointer()
@@ -134,7 +136,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     for i, k in inplace.items():  # a destroyed input is its output: one struct for both
         c_outputs[i] = c_arrays[k]
     if not accs:
-        nest.emit(cb, in_vals, c_arrays, c_outputs, shape, lo, hi)
+        nest.emit(cb, in_vals, c_arrays, c_outputs, shape, lo, hi, axis)
     else:  # every block of [lo, hi) from the identity, into its own partial
         rows = cb.load(field(cb, st, CHUNK))
         with cgutils.for_range(cb, _ceil_div(cb, hi, rows), start=cb.sdiv(lo, rows)) as block:
@@ -143,7 +145,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
             b_hi = cb.select(cb.icmp_signed("<", b_hi, hi), b_hi, hi)
             for i in accs:
                 cb.store(context.get_constant(acc_types[i], spec.reduce_of(i).identity), c_outputs[i])
-            nest.emit(cb, in_vals, c_arrays, c_outputs, shape, b_lo, b_hi)
+            nest.emit(cb, in_vals, c_arrays, c_outputs, shape, b_lo, b_hi, axis)
             for i in accs:
                 cb.store(cb.load(c_outputs[i]), cb.gep(out_vals[i], [i32(0), block.index]))
     context.call_conv.return_value(cb, context.get_dummy_value())
@@ -156,7 +158,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         builder.store(v, field(builder, state, k))
     builder.store(i32(0), field(builder, state, ERR))
     state_p = builder.bitcast(state, i8p)
-    n0 = iter_shape[0]
+    n0 = iter_shape[axis]  # the split axis: "rows" below are its indices
     total = intp(1)
     for length in iter_shape:
         total = builder.mul(total, length)
@@ -196,7 +198,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
             intp(split.min_elements),
             intp(split.threads),
             rows if accs else intp(0),
-            intp(CHUNK_ALIGN if nd == 1 else 1),
+            intp(CHUNK_ALIGN if axis == nd - 1 else 1),  # the innermost axis: whole cache lines
             field(builder, state, CHUNK),
             field(builder, state, ERR),
         ],
