@@ -2,13 +2,13 @@
 
 Memory-bound kernels (``maximum(x, y) * z``, ``x * y + z``) are limited by what one core
 can stream; a second core roughly doubles that. The loop nest is emitted once, in a
-*chunk function* ``chunk(state, lo, hi)`` that runs the nest with the outermost axis
-restricted to ``[lo, hi)``. The kernel asks the process-wide helper
+*chunk function* ``chunk(state, lo, hi)`` that runs the nest with the split axis
+(``loop.split_axis``) restricted to ``[lo, hi)``. The kernel asks the process-wide helper
 (``split_runtime.TRY_SPLIT``) to run the chunks on numba's threads; when it declines (small
 loop, one thread, gate closed, another split running) or a chunk raised, the kernel calls
 the chunk on its own thread.
 
-Results never depend on the split: only loops whose outermost axis is not reduced are
+Results never depend on the split: only loops whose split axis is not reduced are
 split, or full reductions in shape-fixed blocks (``loop.splittable``), so every element and
 every accumulator is computed by one thread in the same order, and libmvec calls give the
 same bits in a vector body or a remainder (``vector_math``). The chunk boundaries of 1-d
@@ -85,7 +85,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     threads, so the ``threads`` setting (and the call-time decision) never changes a bit.
     ``split=None``: the chunk function is called on this thread only.
 
-    Full reductions (``x.sum()``) are *blocked*: the outermost axis is cut into blocks whose
+    Full reductions (``x.sum()``) are *blocked*: the split axis is cut into blocks whose
     size depends on the shape alone (``block_rows``), each block accumulates from the
     identity into its own partial, and the partials are combined in block order. Threads
     take whole blocks, so the result is the same for any thread count.
@@ -243,7 +243,7 @@ def _ceil_div(builder, a, b):
 
 
 def block_rows(builder, intp, n0, total):
-    """Rows of the outermost axis per reduction block: about BLOCK_ELEMENTS elements, at
+    """Indices of the split axis per reduction block: about BLOCK_ELEMENTS elements, at
     most MAX_BLOCKS blocks. A function of the shape alone, never of the thread count."""
     safe_n0 = builder.select(builder.icmp_signed(">", n0, intp(0)), n0, intp(1))
     inner = builder.sdiv(total, safe_n0)

@@ -4,7 +4,7 @@ compiled helper every kernel calls.
 ``ptnumba_codegen_try_split(chunk, state, n0, total, min_elements, cap, rows, align,
 clen_slot, err_slot)`` decides at call time whether a loop runs split and, if so, runs it:
 
-- no: fewer than ``min_elements`` elements, an outer axis or block count below 2, one
+- no: fewer than ``min_elements`` elements, a split axis or block count below 2, one
   thread (``numba.get_num_threads()``, capped by ``cap`` when > 0), the gate closed, or
   another split loop running in this process (a try-lock, so numba's workqueue layer,
   which is not thread-safe, never sees two launches);
