@@ -18,11 +18,11 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 from numpy.lib.stride_tricks import as_strided
 
+from ptnumba_codegen.lowering.base import numba_type
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop
 from ptnumba_codegen.lowering.parallel import split_decision
 from ptnumba_codegen.lowering.split_runtime import ensure_threading
-from ptnumba_codegen.lowering.base import numba_type
 
 KERNEL_JIT_OPTIONS = {
     "fastmath": False,  # explicit: the policy alone decides every flag of this kernel

@@ -189,10 +189,6 @@ def split_axis(spec: LoopSpec) -> int | None:
     return None
 
 
-def splittable(spec: LoopSpec) -> bool:
-    return split_axis(spec) is not None
-
-
 def emit_loop(
     context,
     builder,
@@ -206,7 +202,7 @@ def emit_loop(
 ):
     """Emit the whole kernel. ``body(builder, scalars) -> scalars`` emits one element.
 
-    ``chunked`` (only for ``splittable(spec)`` loops) emits the loop nest in a chunk
+    ``chunked`` (only for loops with a ``split_axis``) emits the loop nest in a chunk
     function (``lowering/parallel.py``); ``split`` (a ``parallel.Split``, or None) also
     lets large loops run split across threads.
     Returns the LLVM value of the kernel's result (one output, or a tuple).
@@ -345,4 +341,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "split_axis", "splittable"]
+__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "split_axis"]

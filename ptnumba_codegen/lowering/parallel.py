@@ -9,7 +9,7 @@ loop, one thread, gate closed, another split running) or a chunk raised, the ker
 the chunk on its own thread.
 
 Results never depend on the split: only loops whose split axis is not reduced are
-split, or full reductions in shape-fixed blocks (``loop.splittable``), so every element and
+split, or full reductions in shape-fixed blocks (``loop.split_axis``), so every element and
 every accumulator is computed by one thread in the same order, and libmvec calls give the
 same bits in a vector body or a remainder (``vector_math``). The chunk boundaries of 1-d
 loops are multiples of 64 elements, so threads never write the same cache line. A chunk
@@ -28,8 +28,13 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
-from ptnumba_codegen.lowering.loop import combine, split_axis, splittable
-from ptnumba_codegen.lowering.split_runtime import TRY_SPLIT, TRY_SPLIT_TYPE
+from ptnumba_codegen.lowering.loop import combine, split_axis
+from ptnumba_codegen.lowering.split_runtime import (
+    TRY_SPLIT,
+    TRY_SPLIT_TYPE,
+    ceil_div,
+    smin,
+)
 from ptnumba_codegen.lowering.stamp import stamp
 
 CHUNK_ALIGN = 64  # elements: 1-d chunk boundaries fall on whole cache lines
@@ -60,7 +65,8 @@ def split_for(parallel, planned) -> Split:
 def split_decision(spec, planned, parallel) -> tuple[bool, Split | None, str]:
     """``(chunked, split, why)`` for one kernel: whether its loop goes through a chunk
     function, the static part of the split decision (None: never split), and why."""
-    if not splittable(spec):
+    axis = split_axis(spec)
+    if axis is None:
         return False, None, "never split: every axis is reduced or of length 1, or a full reduction must keep its order"
     if planned.stock_keys:
         return False, None, "never split: the body calls a stock function"
@@ -73,7 +79,6 @@ def split_decision(spec, planned, parallel) -> tuple[bool, Split | None, str]:
         return True, None, "never split: threads = 1"
     blocked = any(r is not None and r.scalar_acc for r in (spec.reduces or ()))
     cap = "numba.get_num_threads()" if split.threads == 0 else f"at most {split.threads}"
-    axis = split_axis(spec)
     how = f"in shape-fixed blocks along axis {axis}" if blocked else f"along axis {axis}"
     return True, split, f"split {how} from {split.min_elements} elements, on {cap} threads"
 
@@ -139,10 +144,9 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         nest.emit(cb, in_vals, c_arrays, c_outputs, shape, lo, hi, axis)
     else:  # every block of [lo, hi) from the identity, into its own partial
         rows = cb.load(field(cb, st, CHUNK))
-        with cgutils.for_range(cb, _ceil_div(cb, hi, rows), start=cb.sdiv(lo, rows)) as block:
+        with cgutils.for_range(cb, ceil_div(cb, hi, rows), start=cb.sdiv(lo, rows)) as block:
             b_lo = cb.mul(block.index, rows)
-            b_hi = cb.add(b_lo, rows)
-            b_hi = cb.select(cb.icmp_signed("<", b_hi, hi), b_hi, hi)
+            b_hi = smin(cb, cb.add(b_lo, rows), hi)
             for i in accs:
                 cb.store(context.get_constant(acc_types[i], spec.reduce_of(i).identity), c_outputs[i])
             nest.emit(cb, in_vals, c_arrays, c_outputs, shape, b_lo, b_hi, axis)
@@ -165,7 +169,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     if accs:
         rows = block_rows(builder, intp, n0, total)
         builder.store(rows, field(builder, state, CHUNK))
-        nblocks = _ceil_div(builder, n0, rows)
+        nblocks = ceil_div(builder, n0, rows)
 
     def run_on_this_thread():  # every row (every block, in order) on this thread
         status, _ = context.call_conv.call_function(builder, chunk, types.none, argtys, [state_p, intp(0), n0])
@@ -208,8 +212,12 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
             context.call_conv.return_user_exc(
                 builder,
                 RuntimeError,
-                ("ptnumba_codegen: an inplace loop raised in a worker thread; "
-                 "set [parallel] threads = 1 in the policy to see the exception",),
+                (
+                    (
+                        "ptnumba_codegen: an inplace loop raised in a worker thread; "
+                        "set [parallel] threads = 1 in the policy to see the exception"
+                    ),
+                ),
             )
     with builder.if_then(builder.icmp_signed("!=", outcome, i32(1))):
         run_on_this_thread()
@@ -238,18 +246,14 @@ def _rolled_loop(builder, count):
     builder.position_at_end(end)
 
 
-def _ceil_div(builder, a, b):
-    return builder.sdiv(builder.sub(builder.add(a, b), b.type(1)), b)
-
-
 def block_rows(builder, intp, n0, total):
     """Indices of the split axis per reduction block: about BLOCK_ELEMENTS elements, at
     most MAX_BLOCKS blocks. A function of the shape alone, never of the thread count."""
     safe_n0 = builder.select(builder.icmp_signed(">", n0, intp(0)), n0, intp(1))
     inner = builder.sdiv(total, safe_n0)
     inner = builder.select(builder.icmp_signed(">", inner, intp(0)), inner, intp(1))
-    rows = _ceil_div(builder, intp(BLOCK_ELEMENTS), inner)
-    least = _ceil_div(builder, safe_n0, intp(MAX_BLOCKS))
+    rows = ceil_div(builder, intp(BLOCK_ELEMENTS), inner)
+    least = ceil_div(builder, safe_n0, intp(MAX_BLOCKS))
     return builder.select(builder.icmp_signed(">", rows, least), rows, least)
 
 

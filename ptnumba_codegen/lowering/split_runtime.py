@@ -81,11 +81,12 @@ def ensure_threading() -> bool:
     return _STATE["ok"]
 
 
-def _ceil_div(b, x, y):
-    return b.sdiv(b.sub(b.add(x, y), I64(1)), y)
+def ceil_div(b, x, y):
+    """``ceil(x / y)`` for non-negative ``x`` and positive ``y`` (signed integers)."""
+    return b.sdiv(b.sub(b.add(x, y), y.type(1)), y)
 
 
-def _smin(b, x, y):
+def smin(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
@@ -129,7 +130,7 @@ def _build_runtime():
     b.cbranch(b.icmp_signed("<", c, count), body_bb, done_bb)
     b.position_at_end(body_bb)
     lo = b.mul(b.add(first, c), clen)
-    hi = _smin(b, b.add(lo, clen), n0)
+    hi = smin(b, b.add(lo, clen), n0)
     status = b.call(chunk, [b.bitcast(retslot, I8P), excslot, state, lo, hi])
     ok = b.or_(b.icmp_signed("==", status, I32(0)), b.icmp_signed("==", status, I32(-2)))  # OK, NONE
     with b.if_then(b.not_(ok), likely=False):
@@ -154,12 +155,12 @@ def _build_runtime():
 
     require(b.and_(b.icmp_signed(">=", total, min_elements), b.icmp_signed(">=", n0, I64(2))))
     nthreads = b.call(get_num_threads, [])
-    nthreads = b.select(b.icmp_signed(">", cap, I64(0)), _smin(b, nthreads, cap), nthreads)
+    nthreads = b.select(b.icmp_signed(">", cap, I64(0)), smin(b, nthreads, cap), nthreads)
     require(b.icmp_signed(">=", nthreads, I64(2)))
-    even = _ceil_div(b, n0, nthreads)
-    even = b.mul(_ceil_div(b, even, align), align)
+    even = ceil_div(b, n0, nthreads)
+    even = b.mul(ceil_div(b, even, align), align)
     clen = b.select(b.icmp_signed(">", rows, I64(0)), rows, even)
-    nchunks = _ceil_div(b, n0, clen)
+    nchunks = ceil_div(b, n0, clen)
     require(b.icmp_signed(">=", nchunks, I64(2)))
     enabled = b.load_atomic(b.gep(gate, [I32(0), I32(0)]), "monotonic", 4)
     require(b.icmp_signed("!=", enabled, I32(0)))
@@ -190,4 +191,4 @@ def _build_runtime():
     return library
 
 
-__all__ = ["TRY_SPLIT", "TRY_SPLIT_TYPE", "ensure_threading", "parallel_enabled", "set_parallel_enabled"]
+__all__ = ["TRY_SPLIT", "TRY_SPLIT_TYPE", "ceil_div", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin"]
