@@ -29,7 +29,8 @@ import numba
 import numpy as np
 from numba.core import compiler, types
 from numba.core.cpu_options import FastMathOptions
-from numba.np import ufunc_db
+from numba.np import npyfuncs, ufunc_db
+from numba.np.math import mathimpl
 from numba.np.numpy_support import ufunc_find_matching_loop
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
@@ -68,6 +69,25 @@ from ptnumba_codegen.lowering.vector_math import (
 
 # -- rule kinds -------------------------------------------------------------------------
 
+# numba loops that declare an LLVM intrinsic under its bare name (``llvm.log2``, no type
+# suffix). numba compiles each function in its own module, but one kernel of ours is one
+# module: log2 on float32 and on float64 in the same kernel then share the first
+# declaration and the second call fails (``Type of #1 arg mismatch: double != float``).
+# The same intrinsic declared through ``declare_intrinsic`` gets its mangled name
+# (``llvm.log2.f32``, ``llvm.log2.f64``): same instruction, one declaration per type.
+BARE_INTRINSIC_LOOPS: dict = {
+    npyfuncs.np_real_log2_impl: "llvm.log2",
+    npyfuncs.np_real_exp2_impl: "llvm.exp2",
+}
+
+
+def _mangled(kernel):
+    name = BARE_INTRINSIC_LOOPS.get(kernel)
+    if name is None:
+        return kernel
+    return lambda context, builder, sig, args: mathimpl.call_fp_intrinsic(builder, name, args)
+
+
 
 def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
     """Lower through the ufunc loop numba selects for these input types.
@@ -83,7 +103,7 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
             raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}: {err}") from None
         if loop is None or loop.ufunc_sig not in table or len(loop.outputs) != 1:
             raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}")
-        kernel = table[loop.ufunc_sig]
+        kernel = _mangled(table[loop.ufunc_sig])
         sig = numba.core.typing.signature(loop.outputs[0], *loop.inputs)
         vdtype = vector and vector_dtype(t, vector, (*loop.inputs, *loop.outputs))
 
