@@ -16,6 +16,9 @@ from ptnumba_codegen.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
 from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
 
+# A bad $PTNUMBA_CODEGEN_POLICY is an error now, not a stock function later.
+load_policy(None)
+
 __all__ = [
     "ENV_VAR",
     "GENERATOR_VERSION",

@@ -12,11 +12,18 @@ from pytensor.graph.rewriting.basic import GraphRewriter
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
-from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.policy import Policy, PolicyError, load_policy
 
 log = logging.getLogger("ptnumba_codegen")
 
 TAG = "policy_codegen"
+
+
+class PolicyLoadError(PolicyError, AssertionError):
+    """A policy that cannot be loaded when the rewrite runs. PyTensor's rewrite sequence
+    prints and skips a rewrite that raises, and the function would silently compile
+    stock; an AssertionError it re-raises, so the user gets this error instead."""
+
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
 POSITION = 100.5
 
@@ -37,7 +44,10 @@ class PolicyCodegen(GraphRewriter):
         pass
 
     def apply(self, fgraph):
-        policy = load_policy(self.policy)
+        try:
+            policy = load_policy(self.policy)
+        except PolicyError as err:
+            raise PolicyLoadError(str(err)) from None
         sensitive = sensitive_variables(fgraph)
         taken = []
         for node in fgraph.toposort():
