@@ -152,7 +152,8 @@ def combine(builder, op: str, ty: types.Type, left, right, keyed: bool = False):
         if is_float:
             take = builder.or_(builder.fcmp_ordered(cmp, left, right), builder.fcmp_unordered("uno", right, right))
             return builder.select(take, right, left)
-        if isinstance(ty, types.Integer) and not ty.signed:
+        if isinstance(ty, types.Boolean) or (isinstance(ty, types.Integer) and not ty.signed):
+            # a bool is an i1: signed, True would be -1 and max(True, False) False
             take = builder.icmp_unsigned(cmp, left, right)
         else:
             take = builder.icmp_signed(cmp, left, right)
