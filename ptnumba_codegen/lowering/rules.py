@@ -40,7 +40,6 @@ from ptnumba_codegen.lowering.base import Emitter, Typed, Unsupported, numba_typ
 from ptnumba_codegen.lowering.base import cast as _cast
 from ptnumba_codegen.lowering.formulas import (
     _floor_divide_float,
-    _remainder_float,
     _around,
     _clip,
     _erf,
@@ -384,9 +383,7 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     ps.IntDiv: in_output_dtype(
         _pick({"float": python(None, for_input=_floor_divide_float), "other": ufunc(np.floor_divide)}, _float_result)
     ),
-    ps.Mod: in_output_dtype(
-        _pick({"float": python(None, for_input=_remainder_float), "other": ufunc(np.remainder)}, _float_result)
-    ),
+    ps.Mod: in_output_dtype(ufunc(np.remainder)),
     ps.Reciprocal: _simple("fdiv", _reciprocal),
     ps.RoundHalfToEven: python(_around),
     ps.RoundHalfAwayFromZero: python(_round_half_away_from_zero),
