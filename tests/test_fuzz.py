@@ -80,6 +80,21 @@ def default_problem(d, ref, probe, fast) -> str | None:
     return f"element {k}: {d.ravel()[k]!r} vs reference {ref.ravel()[k]!r} (tolerance {np.ravel(tol)[k]:.3g})"
 
 
+def _py_results(py, xs, outs, vals):
+    """The py linker's results; one output at a time (None where it raises: numpy scalar
+    code overflowing a Python int) if the whole batch raises."""
+    try:
+        return _run(py, vals)
+    except Exception:  # noqa: BLE001
+        out = []
+        for o in outs:
+            try:
+                out.append(_run(_compile(xs, [o], "py"), vals)[0])
+            except Exception:  # noqa: BLE001
+                out.append(None)
+        return out
+
+
 def _log(record):
     path = os.environ.get("PTNUMBA_FUZZ_LOG")
     if path:
@@ -106,7 +121,7 @@ def check_batch(batch: fg.Batch):
         if backend not in lazy:
             lazy[backend] = {}
         if k not in lazy[backend]:
-            fn = _compile(xs, outs[k], backend)
+            fn = _compile(xs, [outs[k]], backend)
             lazy[backend][k] = [_run(fn, fg.values(batch, c))[0] for c in (0, 1)]
         return lazy[backend][k][call]
 
@@ -117,7 +132,7 @@ def check_batch(batch: fg.Batch):
         s_res = stock_calls[call]
         p_res = _run(policy["policy_strict"], vals)
         d_res = _run(policy["policy_default"], vals)
-        y_res = _run(py, vals)
+        y_res = _py_results(py, xs, outs, vals)
         probe = _run(stock, fg.perturbed(vals, rng))
         for k, label in enumerate(labels):
             s, p, d, y = s_res[k], p_res[k], d_res[k], y_res[k]
