@@ -75,7 +75,13 @@ def build(node, plan: KernelPlan):
     if plan.kind == "scalar":
         return build_scalar_kernel(plan.body, perform_impl(node), name=name)
     return build_kernel(
-        plan.spec, plan.body, perform_impl(node), plan.finish, name=name, parallel=node.op.policy.parallel
+        plan.spec,
+        plan.body,
+        perform_impl(node),
+        plan.finish,
+        name=name,
+        parallel=node.op.policy.parallel,
+        yields_to=node.op.yields_to,
     )
 
 
@@ -99,6 +105,7 @@ def funcify_policy_node(op, node, **kwargs):
         plan.body.flags,
         plan.finish,
         tuple(str(o.type) for o in node.outputs),
+        op.yields_to,
     )
     return build(node, plan), key
 

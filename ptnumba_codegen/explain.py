@@ -54,7 +54,7 @@ def explain_node(node) -> list[str]:
     if plan.kind == "loop" and plan.spec is not None:
         from ptnumba_codegen.lowering.parallel import split_decision
 
-        lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel)[2]}")
+        lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}")
     if plan.spec is not None and plan.spec.reduces:
         for i, red in enumerate(plan.spec.reduces):
             if red is not None:

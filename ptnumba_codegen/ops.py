@@ -15,7 +15,8 @@ from ptnumba_codegen.policy import Policy
 
 
 class PolicyMixin:
-    """Marks an op as carrying ``policy`` and ``sensitive_outputs``."""
+    """Marks an op as carrying ``policy``, ``sensitive_outputs`` and ``yields_to`` (the
+    other thread pools of its function, see `pools`: its loops do not split)."""
 
     __slots__ = ()
 
@@ -34,14 +35,15 @@ def policy_class(base: type) -> type:
             and isinstance(other, PolicyMixin)
             and self.policy == other.policy
             and self.sensitive_outputs == other.sensitive_outputs
+            and self.yields_to == other.yields_to
         )
 
     def __hash__(self):
-        return hash((base.__hash__(self), self.policy.digest, self.sensitive_outputs))
+        return hash((base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to))
 
     def __reduce__(self):
         # the class is made at runtime, so pickle the stock op and re-apply the policy
-        return (with_policy, (stock_op(self), self.policy, self.sensitive_outputs))
+        return (with_policy, (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to))
 
     namespace = {
         "stock_class": base,
@@ -61,12 +63,16 @@ def policy_class(base: type) -> type:
     return cls
 
 
-def with_policy(op, policy: Policy, sensitive_outputs=frozenset()):
+_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to")
+
+
+def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=()):
     """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy``."""
     new = copy.copy(stock_op(op))
     new.__class__ = policy_class(type(op))
     new.policy = policy
     new.sensitive_outputs = frozenset(sensitive_outputs)
+    new.yields_to = tuple(yields_to)
     return new
 
 
@@ -75,7 +81,7 @@ def stock_op(op):
     if not isinstance(op, PolicyMixin):
         return op
     plain = object.__new__(type(op).stock_class)
-    plain.__dict__.update({k: v for k, v in op.__dict__.items() if k not in ("policy", "sensitive_outputs")})
+    plain.__dict__.update({k: v for k, v in op.__dict__.items() if k not in _POLICY_ATTRS})
     return plain
 
 

@@ -96,15 +96,17 @@ def build_kernel(
     finish: tuple[Finish, ...] | None = None,
     name: str = "policy_kernel",
     parallel=None,
+    yields_to: tuple[str, ...] = (),
 ):
     """Return a Python function (``python_impl`` without JIT) whose numba overload is the loop.
 
-    ``parallel`` (the policy's ``Parallel``) lets large loops split across threads. Every
+    ``parallel`` (the policy's ``Parallel``) lets large loops split across threads, unless
+    the function runs ops on other thread pools (``yields_to``, see `pools`). Every
     splittable loop is emitted the same way whatever ``parallel`` says, so the thread
     setting never changes a result bit; a body that calls stock functions is neither
     (they may need the GIL), nor a loop whose static shape is below the split threshold.
     """
-    chunked, split, _why = split_decision(spec, planned, parallel)
+    chunked, split, _why = split_decision(spec, planned, parallel, yields_to)
     if split is not None and not ensure_threading():
         split = None
     loop = make_loop(spec, planned, name, chunked, split)
