@@ -17,6 +17,7 @@ from pytensor.tensor.math import MulWithoutZeros
 from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwise
 
+from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
 from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS, inner_careduce, inner_elemwise
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
@@ -188,7 +189,7 @@ def plan_fused(node) -> KernelPlan:
                 axes=tuple(axes),
                 identity=reduce_identity(identity, acc_dtype),
                 acc_dtype=acc_dtype,
-                flags=accumulator_flags(op.policy, scalar_op, i in op.sensitive_outputs),
+                flags=accumulator_flags(op.policy, scalar_op, i in output_needs(op.sensitive_outputs)),
                 scalar_acc=scalar_acc,
             )
         )
@@ -225,7 +226,7 @@ def plan_careduce(node, careduce_op=None, scalar_out=False) -> KernelPlan:
         axes=axes,
         identity=reduce_identity(careduce.scalar_op.identity, acc_dtype),
         acc_dtype=acc_dtype,
-        flags=accumulator_flags(op.policy, careduce.scalar_op, 0 in op.sensitive_outputs),
+        flags=accumulator_flags(op.policy, careduce.scalar_op, 0 in output_needs(op.sensitive_outputs)),
         scalar_acc=scalar_acc,
     )
     spec = LoopSpec(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from functools import cache
 
+from ptnumba_codegen.analysis import needs_items, output_needs
 from ptnumba_codegen.policy import Policy
 
 
@@ -71,7 +72,7 @@ def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=())
     new = copy.copy(stock_op(op))
     new.__class__ = policy_class(type(op))
     new.policy = policy
-    new.sensitive_outputs = frozenset(sensitive_outputs)
+    new.sensitive_outputs = needs_items(output_needs(sensitive_outputs))
     new.yields_to = tuple(yields_to)
     return new
 

@@ -39,7 +39,7 @@ class PolicyCodegen(GraphRewriter):
 
     def apply(self, fgraph):
         policy = load_policy(self.policy)
-        sensitive = sensitive_variables(fgraph)
+        sensitive = sensitive_variables(fgraph, policy)
         yields = pools_to_yield_to(fgraph) if policy.parallel.enabled else ()
         taken = []
         for node in fgraph.toposort():
