@@ -113,6 +113,7 @@ def plan_elemwise(node) -> KernelPlan:
         output_dtypes=tuple(o.type.dtype for o in node.outputs),
         inplace=tuple(sorted(op.inplace_pattern.items())),
         static_size=static_size(node.outputs[0].type.shape),
+        static_shape=tuple(node.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(Finish("as_is") for _ in node.outputs))
 
@@ -204,6 +205,7 @@ def plan_fused(node) -> KernelPlan:
         inplace=tuple(sorted(inplace.items())),
         reduces=tuple(reduces),
         static_size=static_size(inner.outputs[0].type.shape),
+        static_shape=tuple(inner.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(finish))
 
@@ -236,6 +238,7 @@ def plan_careduce(node, careduce_op=None, scalar_out=False) -> KernelPlan:
         output_dtypes=(acc_dtype,),
         reduces=(reduce,),
         static_size=static_size(x.type.shape),
+        static_shape=tuple(x.type.shape),
     )
     finish = _finish_reduction(out_type, bc, axes, acc_dtype, scalar_acc)
     return KernelPlan("loop", spec, body, (finish,))

@@ -28,7 +28,7 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
-from ptnumba_codegen.lowering.loop import combine, split_axis
+from ptnumba_codegen.lowering.loop import combine, split_axis, static_lengths
 from ptnumba_codegen.lowering.split_runtime import (
     MEASURE_ONE_THREAD,
     RECORD,
@@ -141,6 +141,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     st = cb.bitcast(raw_state, state_ty.as_pointer())
     values = [cb.load(field(cb, st, k)) for k in range(n_in + n_out + nd)]
     in_vals, out_vals, shape = values[:n_in], values[n_in : n_in + n_out], values[n_in + n_out :]
+    shape = static_lengths(context, spec, shape)  # the chunk cannot see the kernel's constants
     c_arrays = {k: arrayobj.make_array(nest.input_types[k])(context, cb, in_vals[k]) for k in arrays}
     c_outputs = []
     for i, (ty, v) in enumerate(zip(nest.output_types, out_vals, strict=True)):
