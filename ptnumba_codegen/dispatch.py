@@ -16,6 +16,7 @@ from ptnumba_codegen.flags import PYTENSOR_FLAGS
 from ptnumba_codegen.kernels import KernelPlan, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel
 from ptnumba_codegen.lowering.base import Unsupported
+from ptnumba_codegen.ops import on_policy_class
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -112,3 +113,6 @@ def funcify_policy_node(op, node, **kwargs):
 
 def register_policy_class(cls):
     register_funcify_and_cache_key(cls)(funcify_policy_node)
+
+
+on_policy_class(register_policy_class)

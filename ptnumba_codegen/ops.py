@@ -58,10 +58,23 @@ def policy_class(base: type) -> type:
     # dprint output stays the stock one. The module tells them apart.
     cls = type(base.__name__, (base, PolicyMixin), namespace)
     cls.__qualname__ = f"policy_class({base.__qualname__})"
-    from ptnumba_codegen.dispatch import register_policy_class
-
-    register_policy_class(cls)
+    _CLASSES.append(cls)
+    for hook in CLASS_HOOKS:
+        hook(cls)
     return cls
+
+
+# Called with every policy class made (`dispatch` registers its numba lowering here, so this
+# module does not import the dispatch, which imports the planners, which import this).
+CLASS_HOOKS: list = []
+_CLASSES: list[type] = []
+
+
+def on_policy_class(hook) -> None:
+    """Call ``hook(cls)`` for every policy class, made so far and from now on."""
+    CLASS_HOOKS.append(hook)
+    for cls in _CLASSES:
+        hook(cls)
 
 
 _POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to")
