@@ -96,8 +96,16 @@ def _fresh_venv_with_wheel(tmp_path: Path, wheel: Path) -> Path:
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
           "--no-deps", "--no-index", str(wheel)])  # fmt: skip
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip())
-    (site / "zz_reuse_dot_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "zz_reuse_dot_venv.pth").write_text("".join(f"{p}\n" for p in _dependency_dirs()))
     return python
+
+
+def _dependency_dirs() -> list[str]:
+    """This interpreter's site-packages directories, in import order: .venv's, or those of
+    scripts/pytensor_floor.sh's environment (its own, then .venv's). Not the checkout."""
+    own = sysconfig.get_paths()["purelib"]
+    dirs = [own] + [p for p in sys.path if p.rstrip("/").endswith("site-packages")]
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir() and Path(d).resolve() != ROOT]
 
 
 @pytest.fixture(scope="module")
