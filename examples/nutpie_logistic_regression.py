@@ -104,8 +104,13 @@ def summarize(idata) -> dict:
     return out
 
 
-def run_one(backend: str, policy: str, rows: int, draws: int, tune: int, seed: int) -> dict:
+def run_one(backend: str, policy: str, rows: int, draws: int, tune: int, seed: int, blas_threads: int = 1) -> dict:
     """Compile and sample in this process with ``backend`` "stock" or "policy"."""
+    if blas_threads > 0:
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=blas_threads, user_api="blas"):
+            return run_one(backend, policy, rows, draws, tune, seed, blas_threads=0)
     import nutpie
 
     import ptnumba_codegen
@@ -164,10 +169,17 @@ def main(argv=None) -> int:
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--tune", type=int, default=300)
     parser.add_argument("--seed", type=int, default=8927)
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="OpenBLAS threads per process (0: leave as is). nutpie already runs one chain per "
+        "core; more BLAS threads on top of that only contend for the cores",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line per backend")
     args = parser.parse_args(argv)
     if args.backend != "both":
-        res = run_one(args.backend, args.policy, args.rows, args.draws, args.tune, args.seed)
+        res = run_one(args.backend, args.policy, args.rows, args.draws, args.tune, args.seed, args.blas_threads)
         if args.json:
             print(json.dumps(res))
         else:
@@ -177,7 +189,8 @@ def main(argv=None) -> int:
     for backend in ("stock", "policy"):  # each in its own process
         cmd = [sys.executable, str(Path(__file__).resolve()), "--backend", backend, "--json",
                "--policy", args.policy, "--rows", str(args.rows), "--draws", str(args.draws),
-               "--tune", str(args.tune), "--seed", str(args.seed)]  # fmt: skip
+               "--tune", str(args.tune), "--seed", str(args.seed),
+               "--blas-threads", str(args.blas_threads)]  # fmt: skip
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         results[backend] = json.loads(out.strip().splitlines()[-1])
         report(results[backend])
