@@ -13,6 +13,7 @@ from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.pools import pools_to_yield_to
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -40,12 +41,13 @@ class PolicyCodegen(GraphRewriter):
 
     def apply(self, fgraph):
         policy = load_policy(self.policy)
-        sensitive = sensitive_variables(fgraph)
+        sensitive = sensitive_variables(fgraph, policy)
+        yields = pools_to_yield_to(fgraph) if policy.parallel.enabled else ()
         taken = []
         for node in fgraph.toposort():
             if is_policy_op(node.op) or planner_for(node.op) is None:
                 continue
-            new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive))
+            new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive), yields)
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
             for old, new in zip(node.outputs, new_node.outputs, strict=True):
                 new.name = old.name

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import multiprocessing
 
+import numba
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -278,3 +280,75 @@ def test_row_vectors_split_along_their_long_axis(policies):
         assert_same_bits(a, b)
         assert_same_bits(a, c)
         np.testing.assert_allclose(a, ref, rtol=1e-10)
+
+
+def _dot_graph():
+    X = pt.matrix("X")
+    b = pt.vector("b")
+    return [X, b], [pt.exp(X @ b) * 2.0 + 1.0]
+
+
+def _dot_inputs():
+    rng = np.random.default_rng(7)
+    return rng.normal(size=(3000, 3)), rng.normal(size=3)
+
+
+def test_functions_running_blas_do_not_split_their_loops(policies):
+    fn = compiled("dot", _dot_graph, policies["split"], "split", inspect_ir=True)
+    X, b = _dot_inputs()
+    res = fn(X, b)
+    assert "never split: the function runs ops on OpenBLAS's threads" in ptnumba_codegen.explain(fn)
+    assert "@ptnumba_codegen_try_split" not in "\n".join(fn.vm.jit_fn.inspect_llvm().values())
+    np.testing.assert_allclose(res[0], np.exp(X @ b) * 2.0 + 1.0, rtol=1e-12)
+
+
+def test_a_blas_limited_to_one_thread_is_not_yielded_to(policies):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    inputs, outputs = _dot_graph()
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        fn = pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode(policies["split"]))
+    report = ptnumba_codegen.explain(fn)
+    assert "OpenBLAS" not in report and "split along axis 0" in report
+    X, b = _dot_inputs()
+    np.testing.assert_allclose(fn(X, b)[0], np.exp(X @ b) * 2.0 + 1.0, rtol=1e-12)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
+def test_the_first_eligible_call_runs_on_one_thread_and_the_second_split(policies):
+    from ptnumba_codegen.lowering.split_runtime import split_launches
+
+    # constants no other test uses: a kernel of its own, with fresh statistics
+    fn = compiled("measured", _vec3(lambda x, y, z: x * 1.2345 + y * z - 6.789), policies["split"], "split")
+    args = _vector_inputs(100_000, 3)
+    before = split_launches()
+    first = fn(*args)
+    assert split_launches() == before  # one thread, measured
+    second = fn(*args)
+    assert split_launches() == before + 1  # split, measured
+    assert_same_bits(first, second)
+    for _ in range(10):  # then whichever measured faster: the same bits either way
+        assert_same_bits(fn(*args), first)
+
+
+@pytest.mark.parametrize("preset", [None, "123"])
+def test_numbas_openmp_pool_spins_briefly_unless_the_user_chose(preset):
+    import os
+    import subprocess
+    import sys
+
+    from ptnumba_codegen.lowering.split_runtime import OMP_SPIN_COUNT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if preset is not None:
+        env["GOMP_SPINCOUNT"] = preset
+    code = (
+        "import os, numba, ptnumba_codegen.lowering.split_runtime as r\n"
+        "assert r.ensure_threading()\n"
+        "print(numba.threading_layer(), os.environ.get('GOMP_SPINCOUNT'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    layer, spin = out.stdout.split()
+    if layer != "omp":
+        pytest.skip(f"numba's threading layer is {layer}, not GNU OpenMP")
+    assert spin == (preset or OMP_SPIN_COUNT)

@@ -103,6 +103,38 @@ def test_results_do_not_depend_on_position_length_or_strides():
         assert np.array_equal(np.array(res), reference[0]), view
 
 
+def test_matrices_with_short_rows_give_the_vector_bits_in_every_layout():
+    """(n, 5) matrices run the flat 1-d loop when C-contiguous and the N-d nest otherwise
+    (F order, strided, broadcast): every element has the bits of the same value in a vector."""
+    X, Y = pt.matrices("X", "Y")
+    row = pt.row("row")
+    outs = [pt.exp(X) * Y + 1.0, pt.log(pt.abs(X)), pt.sigmoid(X - row)]
+    fn = compile_fn([X, Y, row], outs, "policy_default", cache_key="short_rows")
+    x, y, r = pt.vectors("x", "y", "r")
+    vec = compile_fn([x, y, r], [pt.exp(x) * y + 1.0, pt.log(pt.abs(x)), pt.sigmoid(x - r)], "policy_default", cache_key="short_rows_vec")
+    rng = np.random.default_rng(11)
+    Xv, Yv = rng.standard_normal((3001, 5)) * 5, rng.standard_normal((3001, 5))
+    rv = rng.standard_normal((1, 5))
+    flat_ref = vec(Xv.ravel(), Yv.ravel(), np.tile(rv, (3001, 1)).ravel())
+    for label, (a, b) in {
+        "C": (Xv, Yv),
+        "F": (np.asfortranarray(Xv), np.asfortranarray(Yv)),
+        "strided": (np.repeat(Xv, 2, axis=1)[:, ::2], np.repeat(Yv, 2, axis=1)[:, ::2]),
+    }.items():
+        got = fn(a, b, rv)
+        for g, want in zip(got, flat_ref, strict=True):
+            assert np.array_equal(np.asarray(g).ravel(), want), label
+            assert np.asarray(g).shape == (3001, 5)
+    # an inplace kernel (on the Dot's output) takes the flat path too
+    A, B = pt.matrices("A", "B")
+    inplace = compile_fn([A, B], [pt.exp(A @ B) + 1.0], "policy_default", cache_key="short_rows_inplace")
+    assert any(n.op.destroy_map for n in policy_nodes(inplace))
+    Av, Bv = rng.standard_normal((3001, 3)), rng.standard_normal((3, 5))
+    d = compile_fn([A, B], [A @ B], "stock_strict", cache_key="short_rows_dot")(Av, Bv)[0]
+    want = vec(d.ravel(), np.ones(d.size), np.zeros(d.size))[0]
+    assert np.array_equal(inplace(Av, Bv)[0].ravel(), want)
+
+
 def test_strict_and_zero_budget_policies_keep_scalar_libm(tmp_path):
     path = tmp_path / "nobudget.toml"
     path.write_text('extends = "default"\n[classes.transcendental]\nmax_ulp = 0\n')
