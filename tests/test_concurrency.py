@@ -5,8 +5,11 @@ A PyTensor function holds the GIL while it runs, so the tests call the numba fun
 underneath it (``fn.vm.jit_fn``, what nutpie wraps in a ``numba.cfunc``) through a
 ``numba.njit(nogil=True)`` wrapper: the kernels then really run at the same time. Only one
 split loop at a time gets numba's threads (the try-lock in ``lowering/split_runtime.py``);
-the others run their loop on the calling thread. Either way the bits must be those of a
-call made alone, no call may hang (threads are joined with a timeout) and the process must
+the others run their loop on the calling thread. Whether an eligible call splits is the
+kernel's measured choice, but every ``EXPLORE_EVERY``-th call takes the other way, so
+more calls than that per kernel make sure split loops ran while other threads were in the
+same kernel (``split_launches`` counts them). Either way the bits must be those of a call
+made alone, no call may hang (threads are joined with a timeout) and the process must
 survive; a kernel that raises must raise in every thread that called it and leave the
 next call working.
 
@@ -34,12 +37,12 @@ from pytensor.tensor.elemwise import Elemwise
 
 import ptnumba_codegen
 from conftest import assert_same_bits
-from ptnumba_codegen.lowering.split_runtime import _GATE
+from ptnumba_codegen.lowering.split_runtime import _GATE, EXPLORE_EVERY, split_launches
 
 LAYER_VAR = "NUMBA_THREADING_LAYER"
 N_THREADS = 4
-CALLS = 12
-N = 200_000
+CALLS = 2 * EXPLORE_EVERY // N_THREADS + 8  # per thread: 2 explorations per kernel at least
+N = 100_000
 TIMEOUT_S = 120
 
 _FNS: dict = {}
@@ -81,18 +84,30 @@ def _loop_graph():
 
 
 def run_in_threads(jobs):
-    """Run ``jobs[k]()`` CALLS times on thread k, all released at once; per thread, the
-    list of results or exceptions. Daemon threads: a deadlock fails the test, not the run."""
+    """``jobs[k] = (call, check)``: thread k runs ``call()`` CALLS times, all threads
+    released at once, and hands each result (or exception) to ``check``, which asserts.
+    Fails on any failed check, on a thread still running after TIMEOUT_S (daemon threads:
+    a deadlock fails the test, not the run), and if no loop was split meanwhile."""
+    launches = split_launches()
     barrier = threading.Barrier(len(jobs))
-    out = [[] for _ in jobs]
+    failures = [[] for _ in jobs]
+    done = [0] * len(jobs)
 
     def work(k):
+        call, check = jobs[k]
         barrier.wait()
-        for _ in range(CALLS):
+        for i in range(CALLS):
             try:
-                out[k].append(jobs[k]())
-            except Exception as err:  # noqa: BLE001  (collected and checked by the test)
-                out[k].append(err)
+                result = call()
+            except Exception as err:  # noqa: BLE001  (handed to check)
+                result = err
+            try:
+                check(result)
+            except AssertionError as err:
+                failures[k].append(f"thread {k}, call {i}: {str(err)[:300]}")
+                if len(failures[k]) >= 3:
+                    return
+            done[k] += 1
 
     threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(len(jobs))]
     for t in threads:
@@ -101,11 +116,29 @@ def run_in_threads(jobs):
         t.join(TIMEOUT_S)
     stuck = [k for k, t in enumerate(threads) if t.is_alive()]
     assert not stuck, f"threads {stuck} still running after {TIMEOUT_S} s: deadlock"
+    assert not any(failures), [f for per_thread in failures for f in per_thread]
+    assert done == [CALLS] * len(jobs)
     assert _GATE[1] == 0, "the split try-lock was left taken"
+    assert split_launches() > launches, "no loop was split: the test did not exercise splitting"
     assert ptnumba_codegen.parallel_enabled()
     if os.environ.get(LAYER_VAR) in ("workqueue", "omp", "tbb"):
         assert numba.threading_layer() == os.environ[LAYER_VAR]
-    return out
+
+
+def same_bits_as(expected):
+    def check(result):
+        assert not isinstance(result, Exception), repr(result)
+        for got, want in zip(result, expected, strict=True):
+            assert_same_bits(got, want)
+
+    return check
+
+
+def raises(match):
+    def check(result):
+        assert isinstance(result, ValueError) and match in str(result), repr(result)
+
+    return check
 
 
 def _inputs(seed):
@@ -118,53 +151,33 @@ def _inputs(seed):
 def test_split_kernels_from_several_threads_give_the_single_call_bits(split_mode):
     call = nogil_caller("logp", _logp_graph, split_mode)
     args = [_inputs(seed) for seed in range(N_THREADS)]
-    expected = [call(*a) for a in args]  # one call at a time, each split on numba's threads
-    results = run_in_threads([lambda a=a: call(*a) for a in args])
-    for k in range(N_THREADS):
-        assert len(results[k]) == CALLS
-        for res in results[k]:
-            assert not isinstance(res, Exception), repr(res)
-            for got, want in zip(res, expected[k], strict=True):
-                assert_same_bits(got, want)
+    expected = [call(*a) for a in args]  # one call at a time
+    run_in_threads([(lambda a=a: call(*a), same_bits_as(e)) for a, e in zip(args, expected, strict=True)])
 
 
 def test_raising_kernels_from_several_threads(split_mode):
     """Every other thread raises (in a worker chunk: ScalarLoop's negative count, or the
-    shape check), the others compute; then a plain call works."""
+    shape check), the others compute; then plain calls work."""
     loop = nogil_caller("loop", _loop_graph, split_mode)
     logp = nogil_caller("logp", _logp_graph, split_mode)
     n = np.arange(N, dtype="int64") % 5
     x = np.linspace(-1, 1, N)
     bad_n = n.copy()
-    bad_n[N - 1000] = -1  # in the last chunk: raised on a worker thread, rerun to raise
+    bad_n[N - 1000] = -1  # in the last chunk: raised on a worker thread when split
     good = _inputs(7)
     expected_loop, expected_logp = loop(n, x), logp(*good)
     jobs = [
-        lambda: loop(n, x),
-        lambda: loop(bad_n, x),
-        lambda: logp(*good),
-        lambda: logp(good[0], good[1][:5], good[2]),  # incompatible shapes
+        (lambda: loop(n, x), same_bits_as(expected_loop)),
+        (lambda: loop(bad_n, x), raises("termination condition")),
+        (lambda: logp(*good), same_bits_as(expected_logp)),
+        (lambda: logp(good[0], good[1][:5], good[2]), raises("incompatible shape")),
     ] * (N_THREADS // 2)
-    results = run_in_threads(jobs)
-    for k, per_thread in enumerate(results):
-        assert len(per_thread) == CALLS
-        for res in per_thread:
-            if k % 4 == 1:
-                assert isinstance(res, ValueError) and "termination condition" in str(res), repr(res)
-            elif k % 4 == 3:
-                assert isinstance(res, ValueError) and "incompatible shape" in str(res), repr(res)
-            else:
-                assert not isinstance(res, Exception), repr(res)
-                want = expected_loop if k % 4 == 0 else expected_logp
-                for got, w in zip(res, want, strict=True):
-                    assert_same_bits(got, w)
+    run_in_threads(jobs)
     # the process survived (and run_in_threads saw the try-lock released): calls work again
-    for got, want in zip(loop(n, x), expected_loop, strict=True):
-        assert_same_bits(got, want)
+    same_bits_as(expected_loop)(loop(n, x))
     with pytest.raises(ValueError, match="termination condition"):
         loop(bad_n, x)
-    for got, want in zip(logp(*good), expected_logp, strict=True):
-        assert_same_bits(got, want)
+    same_bits_as(expected_logp)(logp(*good))
 
 
 @pytest.mark.skipif(os.environ.get(LAYER_VAR) == "workqueue", reason="already on workqueue")

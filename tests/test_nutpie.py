@@ -1,9 +1,11 @@
 """nutpie under ``ptnumba_codegen.enable()``: ``nutpie.compile_pymc_model`` (which hardcodes
 ``mode="NUMBA"``) compiles policy kernels, samples, and the posterior agrees with stock.
 
-The policy is ``default`` with ``[parallel] min_elements = 1``: every kernel of the small
-model splits, so nutpie's chain threads (which call the compiled logp without the GIL) run
-split kernels concurrently. Skipped only when nutpie or PyMC is not installed
+The policy is ``default`` with ``[parallel] min_elements = 1``, and OpenBLAS is limited to
+one thread (as ``examples/nutpie_logistic_regression.py`` does; kernels of a function
+running ops on a multi-threaded BLAS pool never split): the small model's kernels split, so
+nutpie's chain threads (which call the compiled logp without the GIL) run split kernels
+concurrently. Skipped only when nutpie or PyMC is not installed
 (``pip install -e ".[nutpie]"``; ``scripts/bootstrap.sh`` installs it).
 """
 
@@ -16,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 nutpie = pytest.importorskip("nutpie")
 pytest.importorskip("pymc")
 
 import ptnumba_codegen  # noqa: E402
+from ptnumba_codegen.lowering.split_runtime import split_launches  # noqa: E402
 from ptnumba_codegen.ops import is_policy_op  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +55,13 @@ def _sample(compiled):
         return nutpie.sample(compiled, chains=2, tune=TUNE, draws=DRAWS, seed=11, progress_bar=False)
 
 
-def test_nutpie_samples_policy_kernels_with_the_stock_posterior(example, model, tmp_path, caplog):
+@pytest.fixture
+def one_blas_thread():
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def test_nutpie_samples_policy_kernels_with_the_stock_posterior(example, model, tmp_path, caplog, one_blas_thread):
     split = tmp_path / "split.toml"
     split.write_text('extends = "default"\n[parallel]\nmin_elements = 1\n')
     with warnings.catch_warnings():
@@ -75,7 +85,10 @@ def test_nutpie_samples_policy_kernels_with_the_stock_posterior(example, model, 
     for a, b in zip(stock.logp_func(point), policy.logp_func(point), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10)
 
-    post = {"stock": example.summarize(_sample(stock)), "policy": example.summarize(_sample(policy))}
+    stock_post = example.summarize(_sample(stock))
+    launches = split_launches()
+    post = {"stock": stock_post, "policy": example.summarize(_sample(policy))}
+    assert split_launches() > launches  # nutpie's threads ran split loops
     for name, s in post["stock"].items():
         p = post["policy"][name]
         assert np.isfinite(p["mean"]) and p["sd"] > 0, (name, p)
