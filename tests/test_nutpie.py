@@ -1,8 +1,8 @@
 """nutpie under ``ptnumba_codegen.enable()``: ``nutpie.compile_pymc_model`` (which hardcodes
 ``mode="NUMBA"``) compiles policy kernels, samples, and the posterior agrees with stock.
 
-The policy is ``default`` with ``[parallel] min_elements = 1``, and OpenBLAS is limited to
-one thread (as ``examples/nutpie_logistic_regression.py`` does; kernels of a function
+The policy is ``default`` with ``[parallel] min_elements = 1``, the data 40,000 rows (two
+reduction blocks at least), and OpenBLAS is limited to one thread (as ``examples/nutpie_logistic_regression.py`` does; kernels of a function
 running ops on a multi-threaded BLAS pool never split): the small model's kernels split, so
 nutpie's chain threads (which call the compiled logp without the GIL) run split kernels
 concurrently. Skipped only when nutpie or PyMC is not installed
@@ -28,7 +28,8 @@ from ptnumba_codegen.lowering.split_runtime import split_launches  # noqa: E402
 from ptnumba_codegen.ops import is_policy_op  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS, FEATURES, TUNE, DRAWS = 2000, 3, 200, 200
+# rows: full sums split in blocks of 16384 elements (lowering/parallel.py), so >= 2 blocks
+ROWS, FEATURES, TUNE, DRAWS = 40_000, 3, 200, 200
 
 
 def _example():
