@@ -27,7 +27,9 @@ class PolicyCodegen(GraphRewriter):
     ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
 
     ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
-    ``default``) each time it runs.
+    ``default``) each time it runs. The instance registered in ``optdb`` (tag
+    ``policy_codegen``) is the process-wide switch's: `ptnumba_codegen.enable` sets its
+    ``policy`` and `ptnumba_codegen.disable` resets it to None (see ``switch.py``).
     """
 
     def __init__(self, policy: str | Policy | None = None):
@@ -79,16 +81,23 @@ def summarize(nodes, policy) -> str:
     return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
 
 
-# Registered under its name only: the name is its sole tag (not fast_run, not numba).
-optdb.register(TAG, PolicyCodegen(), position=POSITION)
+# Registered under its name only: the name is its sole tag (not fast_run, not numba) until
+# ptnumba_codegen.enable() adds ``numba``. Its ``policy`` is the switch's (None when off).
+REGISTERED = PolicyCodegen()
+optdb.register(TAG, REGISTERED, position=POSITION)
 
 
 def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
     """A numba Mode whose kernels are generated under ``policy``.
 
     ``policy`` is a preset name (``default``, ``strict``, ``fast``), a path to a TOML file,
-    a loaded `Policy`, or ``None`` for the process default. The policy is loaded (and
-    validated) now, before anything is compiled.
+    a loaded `Policy`, or ``None`` for the process default (the policy of
+    `ptnumba_codegen.enable` while it is on, else ``PTNUMBA_CODEGEN_POLICY``, else
+    ``default``). The policy is loaded (and validated) now, before anything is compiled.
+
+    The mode excludes the registered ``policy_codegen`` rewrite, so its own policy wins
+    over the process-wide switch (`ptnumba_codegen.enable`).
     """
-    resolved = load_policy(policy)
-    return Mode(linker="numba", optimizer=optimizer).register((PolicyCodegen(resolved), POSITION))
+    resolved = load_policy(REGISTERED.policy if policy is None else policy)
+    mode = Mode(linker="numba", optimizer=optimizer).excluding(TAG)
+    return mode.register((PolicyCodegen(resolved), POSITION))
