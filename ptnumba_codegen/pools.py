@@ -10,7 +10,9 @@ than on one thread. So a function whose graph (inner graphs included) holds an o
 pool in `POOLS`, while that pool has more than one thread, never splits its loops; the
 kernels are otherwise the same (split and unsplit loops give the same bits anyway).
 
-With ``threadpoolctl`` installed, a pool limited to one thread (``OPENBLAS_NUM_THREADS=1``,
+Where OpenBLAS lets the caller run its jobs (OpenBLAS >= 0.3.28), they run on numba's
+threads instead (`lowering.shared_blas`): one pool, nothing to yield to. Otherwise, with
+``threadpoolctl`` installed, a pool limited to one thread (``OPENBLAS_NUM_THREADS=1``,
 ``threadpool_limits(1, "blas")`` before compiling) is not yielded to. Without it, the pool's
 size is unknown and the loops yield.
 """
@@ -73,11 +75,21 @@ def _ops(fgraph):
             yield from _ops(inner)
 
 
+# Pools whose work runs on numba's threads too (`lowering.shared_blas`): nothing to yield to.
+_SHARED: set[str] = set()
+
+
+def set_shared(name: str, shared: bool) -> None:
+    (_SHARED.add if shared else _SHARED.discard)(name)
+
+
 def pools_to_yield_to(fgraph) -> tuple[str, ...]:
-    """Names of the pools of `POOLS` that ops of ``fgraph`` run on and that have (or may
-    have) more than one thread: the function's loops do not split."""
+    """Names of the pools of `POOLS` that ops of ``fgraph`` run on, that keep threads of
+    their own and that have (or may have) more than one: the function's loops do not split."""
     found = []
     for pool in POOLS:
+        if pool.name in _SHARED:
+            continue
         if any(pool.runs(op) for op in _ops(fgraph)):
             threads = pool.threads()
             if threads is None or threads > 1:

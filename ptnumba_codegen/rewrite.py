@@ -13,6 +13,7 @@ from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.lowering.split_runtime import ensure_threading
 from ptnumba_codegen.pools import pools_to_yield_to
 
 log = logging.getLogger("ptnumba_codegen")
@@ -42,6 +43,8 @@ class PolicyCodegen(GraphRewriter):
     def apply(self, fgraph):
         policy = load_policy(self.policy)
         sensitive = sensitive_variables(fgraph, policy)
+        if policy.parallel.enabled:
+            ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool
         yields = pools_to_yield_to(fgraph) if policy.parallel.enabled else ()
         taken = []
         for node in fgraph.toposort():

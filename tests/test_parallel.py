@@ -282,37 +282,6 @@ def test_row_vectors_split_along_their_long_axis(policies):
         np.testing.assert_allclose(a, ref, rtol=1e-10)
 
 
-def _dot_graph():
-    X = pt.matrix("X")
-    b = pt.vector("b")
-    return [X, b], [pt.exp(X @ b) * 2.0 + 1.0]
-
-
-def _dot_inputs():
-    rng = np.random.default_rng(7)
-    return rng.normal(size=(3000, 3)), rng.normal(size=3)
-
-
-def test_functions_running_blas_do_not_split_their_loops(policies):
-    fn = compiled("dot", _dot_graph, policies["split"], "split", inspect_ir=True)
-    X, b = _dot_inputs()
-    res = fn(X, b)
-    assert "never split: the function runs ops on OpenBLAS's threads" in ptnumba_codegen.explain(fn)
-    assert "@ptnumba_codegen_try_split" not in "\n".join(fn.vm.jit_fn.inspect_llvm().values())
-    np.testing.assert_allclose(res[0], np.exp(X @ b) * 2.0 + 1.0, rtol=1e-12)
-
-
-def test_a_blas_limited_to_one_thread_is_not_yielded_to(policies):
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    inputs, outputs = _dot_graph()
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        fn = pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode(policies["split"]))
-    report = ptnumba_codegen.explain(fn)
-    assert "OpenBLAS" not in report and "split along axis 0" in report
-    X, b = _dot_inputs()
-    np.testing.assert_allclose(fn(X, b)[0], np.exp(X @ b) * 2.0 + 1.0, rtol=1e-12)
-
-
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
 def test_the_first_eligible_call_runs_on_one_thread_and_the_second_split(policies):
     from ptnumba_codegen.lowering.split_runtime import split_launches

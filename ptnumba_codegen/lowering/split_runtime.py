@@ -44,6 +44,8 @@ import os
 from llvmlite import binding as llvm
 from llvmlite import ir
 
+from ptnumba_codegen.lowering.shared_blas import share_blas_pool, unshare_in_child
+
 GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
 TRY_SPLIT = "ptnumba_codegen_try_split"
 RECORD = "ptnumba_codegen_split_record"
@@ -55,7 +57,7 @@ EXPLORE_EVERY = 256
 EMA_WEIGHT = 0.25
 # try_split outcomes
 NOT_SPLIT, SPLIT_DONE, SPLIT_RAISED, MEASURE_ONE_THREAD = 0, 1, 2, 3
-_GATE = (ctypes.c_int32 * 3)(1, 0, 0)  # [enabled, busy, split launches so far]
+_GATE = (ctypes.c_int32 * 4)(1, 0, 0, 0)  # [enabled, busy, split launches so far, BLAS lock]
 llvm.add_symbol(GATE_SYMBOL, ctypes.addressof(_GATE))
 
 I8P = ir.IntType(8).as_pointer()
@@ -88,6 +90,8 @@ def split_launches() -> int:
 def _close_gate_in_child():
     _GATE[0] = 0
     _GATE[1] = 0
+    _GATE[3] = 0  # a BLAS call another thread of the parent was making is not the child's
+    unshare_in_child()  # OpenBLAS re-creates its own pool after a fork; GNU OpenMP cannot
 
 
 os.register_at_fork(after_in_child=_close_gate_in_child)
@@ -125,12 +129,18 @@ def ensure_threading() -> bool:
         try:
             from numba.np.ufunc.parallel import _launch_threads
 
+            import numba
+
             _quiet_omp_spin()
             _launch_threads()  # registers numba_parallel_for and get_num_threads
-            _STATE["library"] = _compile_runtime()
+            # the BLAS callback needs GNU OpenMP (see _build_blas_callback)
+            with_blas = numba.threading_layer() == "omp" and _omp_symbols()
+            _STATE["library"] = _compile_runtime(with_blas)
             for symbol in (TRY_SPLIT, RECORD):
                 llvm.add_symbol(symbol, _STATE["library"].get_pointer_to_function(symbol))
             _STATE["ok"] = True
+            if with_blas:
+                share_blas_pool(_STATE["library"].get_pointer_to_function(BLAS_CALLBACK))
         except Exception as err:  # no usable threading layer: say so once, stay correct
             logging.getLogger("ptnumba_codegen").warning(
                 "loops will not be split across threads: %s: %s", type(err).__name__, err
@@ -173,19 +183,151 @@ def _update_average(b, stats, k, cycles, total):
     b.store_atomic(b.bitcast(new, I64), _stat(b, stats, k), "monotonic", 8)
 
 
-def _compile_runtime():
+# OpenBLAS's caller-managed threading (openblas_set_threads_callback_function, OpenBLAS >=
+# 0.3.28): callback(sync, dojob, numjobs, jobdata_elsize, jobdata, dojob_data) must run
+# dojob(i, jobdata + i * elsize, dojob_data) for every i < numjobs, then return.
+BLAS_CALLBACK = "ptnumba_codegen_blas_callback"
+OMP_IN_PARALLEL = "ptnumba_codegen_omp_in_parallel"  # libgomp's omp_in_parallel (see _omp_symbols)
+
+
+def _omp_symbols() -> bool:
+    """Make libgomp's ``omp_in_parallel`` callable from the runtime (numba loads libgomp
+    privately, out of the JIT's reach). False if libgomp is not loaded."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libgomp" in line and "/" in line}
+    except OSError:
+        return False
+    for path in sorted(paths):
+        try:
+            fn = ctypes.CDLL(path).omp_in_parallel
+        except (OSError, AttributeError):
+            continue
+        llvm.add_symbol(OMP_IN_PARALLEL, ctypes.cast(fn, ctypes.c_void_p).value)
+        return True
+    return False
+DOJOB_TYPE = ir.FunctionType(ir.VoidType(), [I32, I8P, I32])
+BLAS_CALLBACK_TYPE = ir.FunctionType(ir.VoidType(), [I32, DOJOB_TYPE.as_pointer(), I32, I64, I8P, I32])
+
+
+def _build_blas_callback(mod, parallel_for):
+    """``ptnumba_codegen_blas_callback``: OpenBLAS's parallel jobs on numba's threads.
+
+    The jobs of one call must run *concurrently*: level-3 jobs (gemm) wait for each other's
+    packed panels, so running them one after the other would never return. GNU OpenMP
+    gives a parallel region as many threads as asked, from any calling thread, so each call
+    is one region of ``numjobs`` threads (`shared_blas` only installs this over numba's
+    ``omp`` layer). One BLAS call at a time runs its jobs (a spin lock, ``gate[3]``):
+    OpenBLAS gives job i the per-thread buffer i, so two calls must not overlap. OpenBLAS
+    partitions the work before the callback sees it, so the bits never depend on where the
+    jobs ran.
+    """
+    from numba.core import cgutils
+
+    job_ty = ir.LiteralStructType([DOJOB_TYPE.as_pointer(), I8P, I64, I32])  # dojob, jobdata, elsize, dojob_data
+    sched_yield = ir.Function(mod, ir.FunctionType(I32, []), "sched_yield")
+    omp_in_parallel = ir.Function(mod, ir.FunctionType(I32, []), OMP_IN_PARALLEL)
+    gate = mod.globals[GATE_SYMBOL]
+
+    def run_jobs(b, job, first, count):
+        dojob, data, elsize, extra = (b.load(b.gep(job, [I32(0), I32(k)])) for k in range(4))
+        with cgutils.for_range(b, count) as loop:
+            index = b.add(first, loop.index)
+            b.call(dojob, [b.trunc(index, I32), b.gep(data, [b.mul(index, elsize)]), extra])
+
+    # trampoline(args, dims, steps, job): job numbers arrive as args[0] (NULL, step 1)
+    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_blas_trampoline")
+    tramp.linkage = "internal"
+    b = ir.IRBuilder(tramp.append_basic_block("entry"))
+    args, dims, _steps, data = tramp.args
+    run_jobs(b, b.bitcast(data, job_ty.as_pointer()), b.ptrtoint(b.load(args), I64), b.load(dims))
+    b.ret_void()
+
+    fn = ir.Function(mod, BLAS_CALLBACK_TYPE, BLAS_CALLBACK)
+    _sync, dojob, numjobs, elsize, jobdata, extra = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    job = b.alloca(job_ty)
+    for k, v in enumerate((dojob, jobdata, elsize, extra)):
+        b.store(v, b.gep(job, [I32(0), I32(k)]))
+    n = b.sext(numjobs, I64)
+    blas_lock = b.gep(gate, [I32(0), I32(3)])
+    # the BLAS lock (held for the call: spin, yielding the core)
+    spin, locked = fn.append_basic_block("spin"), fn.append_basic_block("locked")
+    b.branch(spin)
+    b.position_at_end(spin)
+    got = b.extract_value(b.cmpxchg(blas_lock, I32(0), I32(1), "acquire", "monotonic"), 1)
+    with b.if_then(b.not_(got)):
+        b.call(sched_yield, [])
+    b.cbranch(got, locked, spin)
+    b.position_at_end(locked)
+    in_region = b.icmp_signed("!=", b.call(omp_in_parallel, []), I32(0))
+    several = b.icmp_signed(">=", n, I64(2))
+    with b.if_then(b.and_(several, in_region), likely=False):
+        # inside a parallel region (a numba prange calling np.dot): a nested region would
+        # get one thread, so start the jobs' threads here
+        _run_jobs_on_new_threads(mod, b, job, job_ty, n, run_jobs)
+    with b.if_else(b.and_(several, b.not_(in_region))) as (pooled, one):
+        with pooled:  # one thread per job, all at once
+            a_args = b.alloca(I8P)
+            b.store(ir.Constant(I8P, None), a_args)
+            a_dims = b.alloca(I64)
+            b.store(n, a_dims)
+            a_steps = b.alloca(I64)
+            b.store(I64(1), a_steps)
+            b.call(
+                parallel_for,
+                [b.bitcast(tramp, I8P), b.bitcast(a_args, I8P), b.bitcast(a_dims, I8P), b.bitcast(a_steps, I8P),
+                 b.bitcast(job, I8P), I64(0), I64(1), n],
+            )
+        with one:
+            with b.if_then(b.not_(several)):
+                run_jobs(b, job, I64(0), n)
+    b.store_atomic(I32(0), blas_lock, "release", 4)
+    b.ret_void()
+
+
+def _run_jobs_on_new_threads(mod, b, job, job_ty, n, run_jobs):
+    """Jobs 1..n-1 on threads started for them (pthread_create), job 0 here, then join."""
+    pthread_create = ir.Function(mod, ir.FunctionType(I32, [I64.as_pointer(), I8P, I8P, I8P]), "pthread_create")
+    pthread_join = ir.Function(mod, ir.FunctionType(I32, [I64, I8P.as_pointer()]), "pthread_join")
+    task_ty = ir.LiteralStructType([job_ty.as_pointer(), I64])  # the job, its index
+    thunk = mod.globals.get("ptnumba_codegen_blas_thunk")
+    if thunk is None:
+        thunk = ir.Function(mod, ir.FunctionType(I8P, [I8P]), "ptnumba_codegen_blas_thunk")
+        thunk.linkage = "internal"
+        tb = ir.IRBuilder(thunk.append_basic_block("entry"))
+        task = tb.bitcast(thunk.args[0], task_ty.as_pointer())
+        run_jobs(tb, tb.load(tb.gep(task, [I32(0), I32(0)])), tb.load(tb.gep(task, [I32(0), I32(1)])), I64(1))
+        tb.ret(ir.Constant(I8P, None))
+    tasks = b.alloca(task_ty, size=n)
+    handles = b.alloca(I64, size=n)
+    from numba.core import cgutils
+
+    with cgutils.for_range(b, b.sub(n, I64(1))) as loop:
+        i = b.add(loop.index, I64(1))
+        task = b.gep(tasks, [i])
+        b.store(job, b.gep(task, [I32(0), I32(0)]))
+        b.store(i, b.gep(task, [I32(0), I32(1)]))
+        b.call(pthread_create, [b.gep(handles, [i]), ir.Constant(I8P, None), b.bitcast(thunk, I8P), b.bitcast(task, I8P)])
+    run_jobs(b, job, I64(0), I64(1))
+    with cgutils.for_range(b, b.sub(n, I64(1))) as loop:
+        i = b.add(loop.index, I64(1))
+        b.call(pthread_join, [b.load(b.gep(handles, [i])), ir.Constant(I8P.as_pointer(), None)])
+
+
+def _compile_runtime(with_blas: bool):
     from numba.core.compiler_lock import global_compiler_lock
 
     with global_compiler_lock:
-        return _build_runtime()
+        return _build_runtime(with_blas)
 
 
-def _build_runtime():
+def _build_runtime(with_blas: bool):
     from numba.core.registry import cpu_target
 
     library = cpu_target.target_context.codegen().create_library("ptnumba_codegen_split_runtime")
     mod = library.create_ir_module("ptnumba_codegen_split_runtime")
-    gate = ir.GlobalVariable(mod, ir.ArrayType(I32, 3), GATE_SYMBOL)
+    gate = ir.GlobalVariable(mod, ir.ArrayType(I32, 4), GATE_SYMBOL)
     get_num_threads = ir.Function(mod, ir.FunctionType(I64, []), "get_num_threads")
     parallel_for = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P] * 5 + [I64] * 3), "numba_parallel_for")
     job_ty = ir.LiteralStructType([I8P, I8P, I64, I64, I32.as_pointer()])  # chunk, state, clen, n0, err
@@ -290,6 +432,9 @@ def _build_runtime():
     b = ir.IRBuilder(rec.append_basic_block("entry"))
     _update_average(b, rec.args[0], 1, rec.args[1], rec.args[2])
     b.ret_void()
+
+    if with_blas:
+        _build_blas_callback(mod, parallel_for)
 
     library.add_ir_module(mod)
     library.finalize()
