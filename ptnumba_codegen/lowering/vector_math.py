@@ -47,7 +47,17 @@ VECTOR_FUNCS: dict[str, tuple[int, dict[str, float]]] = {
     "sin": (1, {"float64": 3.0, "float32": 2.0}),
     "cos": (1, {"float64": 3.0, "float32": 2.0}),
     "pow": (2, {"float64": 1.5, "float32": 1.0}),
+    # defined by this package (special_functions.py), not by glibc
+    "lgamma": (1, {"float64": 1.0, "float32": 1.0}),
+    "digamma": (1, {"float64": 1.0, "float32": 1.0}),
 }
+
+
+def own_function(name: str):
+    """The IR body builder of a vector function this package defines, or None (libmvec's)."""
+    from ptnumba_codegen.lowering.special_functions import VECTOR_FUNCTIONS
+
+    return VECTOR_FUNCTIONS.get(name)
 
 
 @cache
@@ -61,13 +71,17 @@ def libmvec_loaded() -> bool:
     return True
 
 
-def target_isa() -> str | None:
-    """libmvec ISA letter for numba's JIT target: 'e' (AVX-512), 'd' (AVX2) or None."""
+def _target_features() -> set[str]:
     from numba.core import config
     from numba.core.codegen import get_host_cpu_features
 
     features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
-    features = set(features.split(","))
+    return set(features.split(","))
+
+
+def target_isa() -> str | None:
+    """libmvec ISA letter for numba's JIT target: 'e' (AVX-512), 'd' (AVX2) or None."""
+    features = _target_features()
     if "+avx512f" in features:
         return "e"
     if "+avx2" in features:
@@ -81,6 +95,8 @@ def _lanes(isa: str, dtype: str) -> int:
 
 def variant_name(name: str, dtype: str, isa: str) -> str:
     nargs = VECTOR_FUNCS[name][0]
+    if own_function(name) is not None:
+        return f"ptnumba_v{_lanes(isa, dtype)}_{name}{'f' if dtype == 'float32' else ''}_{isa}"
     return f"_ZGV{isa}N{_lanes(isa, dtype)}{'v' * nargs}_{name}{'f' if dtype == 'float32' else ''}"
 
 
@@ -95,11 +111,19 @@ def ulp_bound(name: str, dtype: str) -> float | None:
 
 
 def vector_call_available(name: str, dtype: str) -> bool:
-    """Can ``name`` on ``dtype`` be lowered to a libmvec variant on this target?"""
-    if ulp_bound(name, dtype) is None or not libmvec_loaded():
+    """Can ``name`` on ``dtype`` be lowered to a libmvec variant on this target?
+
+    The package's own vector functions need no libmvec, only an AVX2 or AVX-512 target with
+    FMA (their formulas use fused multiply-adds).
+    """
+    if ulp_bound(name, dtype) is None:
         return False
     isa = target_isa()
-    return isa is not None and _symbol_exists(variant_name(name, dtype, isa))
+    if isa is None:
+        return False
+    if own_function(name) is not None:
+        return "+fma" in _target_features()
+    return libmvec_loaded() and _symbol_exists(variant_name(name, dtype, isa))
 
 
 def _pure(fn: ir.Function):
@@ -138,6 +162,10 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
     vfn = module.globals.get(vname)
     if vfn is None:
         vfn = ir.Function(module, ir.FunctionType(vty, [vty] * nargs), vname)
+        body = own_function(name)
+        if body is not None:  # defined here (the linker keeps one copy per process)
+            vfn.linkage = "linkonce_odr"
+            body(vfn, dtype)
         _pure(vfn)
         _keep_alive(module, vfn)
 
@@ -294,6 +322,14 @@ def _erfc_formula(m: VectorMath, x):
 
 def _pow_formula(m: VectorMath, x, y):
     return m.call("pow", x, y)
+
+
+def _lgamma_formula(m: VectorMath, x):
+    return m.call("lgamma", x)
+
+
+def _digamma_formula(m: VectorMath, x):
+    return m.call("digamma", x)
 
 
 # Measured error bounds (ulp) of the formulas on top of the variants' own errors
