@@ -165,6 +165,7 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
         body = own_function(name)
         if body is not None:  # defined here (the linker keeps one copy per process)
             vfn.linkage = "linkonce_odr"
+            vfn.attributes.add("alwaysinline")  # numba inlines again after vectorizing
             body(vfn, dtype)
         _pure(vfn)
         _keep_alive(module, vfn)
