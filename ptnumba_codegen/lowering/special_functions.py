@@ -131,10 +131,13 @@ def digamma_positive(s: Simd, x: F) -> F:
     shift = s.select(above2, fl - 1.0, 0.0)
     y = (x - shift) - s.select(below1, K.PSI_X0_M1_HI, x0_hi)
     y_lo = -x0_lo
-    # G(y) = psi(x0 + 1 + y) - 1/x0 = g1 y + y^2 R(y)
+    # G(y) = psi(x0 + 1 + y) - 1/x0 = g1 y + y^2 R(y), at y + y_lo: the linear term in
+    # double-double, the rest to first order in y_lo (y_lo y (2 R + y R') is ~0.2 ulp)
     g1_hi, g1_lo = K.PSI_G1
     g, g_e = s.two_prod(y, g1_hi)
-    g_lo = (g_e + (g1_hi * y_lo + y * g1_lo)) + (y * y) * s.horner(y, K.PSI_R)
+    r = s.horner(y, K.PSI_R)
+    dr = s.horner(y, [k * c for k, c in enumerate(K.PSI_R[:4])][1:])  # R'(y), enough for the y_lo term
+    g_lo = (g_e + (g1_hi * y_lo + y * g1_lo)) + ((y * y) * r + (y * y_lo) * (2.0 * r + y * dr))
 
     # the fraction n / d of each region, as double-doubles
     n0, n0_lo = s.two_sum(x * 2.0, 1.0)  # below 1: (2x + 1) / (x (x + 1))
