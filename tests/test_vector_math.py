@@ -265,3 +265,22 @@ def test_gammaln_psi_edges_match_stock_and_mpmath(dtype):
         neg = ~special & (v < 0) & ~libm_lanes  # digamma's reflection: vs scipy, same formula
         np.testing.assert_allclose(g[neg], r[neg], rtol=1e-13, err_msg=label)
     del mpmath
+
+
+def test_gammaln_psi_of_integers_are_vectorized():
+    # gammaln(y + 1) of integer data (pm.Data): stock converts to float inside math.lgamma
+    i64, i32, i8 = pt.vector("a", dtype="int64"), pt.vector("b", dtype="int32"), pt.vector("c", dtype="int8")
+    ins, outs = [i64, i32, i8], [pt.gammaln(i64 + 1), pt.psi(i32), pt.gammaln(i8)]
+    fn = compile_fn(ins, outs, "policy_default", cache_key="int_special")
+    labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+    assert sorted(lab for lab in labels if lab) == ["vector digamma (float64)", "vector lgamma (float32)",
+                                                    "vector lgamma (float64)"]  # fmt: skip
+    vals = [np.array([0, 1, 5, 2**40, -3, 2**62], dtype="int64"), np.array([0, 1, 7, -2, 2**31 - 1], dtype="int32"),
+            np.array([-128, -1, 0, 1, 2, 127], dtype="int8")]  # fmt: skip
+    with np.errstate(all="ignore"):
+        got, ref = fn(*vals), compile_fn(ins, outs, "stock_strict", cache_key="int_special")(*vals)
+    for g, r in zip(got, ref, strict=True):
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(np.isfinite(g), np.isfinite(r))
+        np.testing.assert_array_equal(g[~np.isfinite(r)], r[~np.isfinite(r)])
+        np.testing.assert_allclose(g[np.isfinite(r)], r[np.isfinite(r)], rtol=4 * np.finfo(g.dtype).eps)

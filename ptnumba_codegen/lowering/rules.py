@@ -311,8 +311,8 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     psm.Log1mexp: vector_form(
         python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula
     ),
-    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula),
-    psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula),
+    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula, int_inputs=True),
+    psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula, int_inputs=True),
     psm.Erf: vector_form(python(_erf), ("erf",), None, _erf_formula),
     psm.Erfc: vector_form(python(_erfc), ("erfc",), None, _erfc_formula),
 }

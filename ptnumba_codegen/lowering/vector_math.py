@@ -32,6 +32,7 @@ from functools import cache
 import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
+from numba.core import types
 
 from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 
@@ -246,17 +247,23 @@ def emit_vector(context, builder, name, dtype, args):
     return res
 
 
-def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula):
+def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula, int_inputs: bool = False):
     """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``.
 
     ``formula`` builds the result with ``vm`` (a `VectorMath` of the chosen dtype); the
     formulas are branch-free (selects, with safe arguments on the lanes a select drops),
     so a vectorized loop never takes libmvec's slow per-lane fallback for them.
+    ``int_inputs``: integer inputs are converted to the float output's dtype first (right
+    where the stock function converts them itself, as ``math.lgamma`` does).
     """
 
     def plan(t: Typed) -> Emitter:
-        # float inputs only: integer inputs keep stock's integer semantics (e.g. -x wraps)
-        dtype = vector_dtype(t, needs, [*t.inputs, *t.outputs], bound)
+        # float inputs only, unless int_inputs: integer inputs keep stock's integer
+        # semantics (e.g. -x wraps)
+        loop_types = [*t.inputs, *t.outputs]
+        if int_inputs:
+            loop_types = [ty for ty in loop_types if not isinstance(ty, types.Integer)]
+        dtype = vector_dtype(t, needs, loop_types, bound)
         if dtype is None or len(t.outputs) != 1:
             return scalar_rule(t)
         fty = numba_type(dtype)
