@@ -12,7 +12,7 @@ import ptnumba_codegen
 from conftest import assert_no_fallback, assert_same_bits, compile_fn, policy_nodes
 
 UNARY = [
-    "exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "erf", "erfc", "gammaln",
+    "exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "erf", "erfc", "gammaln", "psi",
     "sigmoid", "softplus", "log1mexp", "abs", "sign", "floor", "ceil", "round", "neg",
     "reciprocal", "sqr", "isnan", "isinf", "exp2", "log2", "log10", "arctan", "cosh",
 ]  # fmt: skip
