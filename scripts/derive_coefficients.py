@@ -74,16 +74,17 @@ def derive() -> dict[str, object]:
     # weight: y^3 dR relative to the smallest result using this y (|lgamma| >= 0.4|y| or 0.12)
     c["LG_R"] = fit("lgamma R(y)", r_lg, -0.5, 0.5, 18,
                     weight=lambda y: abs(y) ** 3 / max(mp.mpf("0.4") * abs(y), mp.mpf("0.12")) / ULP)
-    # Stirling, x >= 8: lgamma(x) = (x - 1/2) log x - x + log(2 pi)/2 + S(w^2)/x, w = 1/x
-    c["LG_STIRLING_MIN"] = 8.0
-    c["HALF_LOG_2PI"] = float(mp.log(2 * mp.pi) / 2)
+    # Stirling, x >= 3: lgamma(x) = (x - 1/2) log x - x + log(2 pi)/2 + S(w^2)/x, w = 1/x
+    # (a minimax fit in w^2 converges down to x = 3, where the recurrence would need products)
+    c["LG_STIRLING_MIN"] = 3.0
+    c["HALF_LOG_2PI"] = split(mp.log(2 * mp.pi) / 2)
     s_lg = removable(
         lambda z: (mp.loggamma(1 / mp.sqrt(z)) - ((1 / mp.sqrt(z) - mp.mpf(0.5)) * mp.log(1 / mp.sqrt(z))
                                                   - 1 / mp.sqrt(z) + mp.log(2 * mp.pi) / 2)) / mp.sqrt(z),
         lambda z: mp.mpf(1) / 12 - z / 360,
     )
-    c["LG_S"] = fit("lgamma Stirling S(z)", s_lg, 0, mp.mpf(1) / 64, 6,
-                    weight=lambda z: mp.sqrt(z) / mp.loggamma(8) / ULP)
+    c["LG_S"] = fit("lgamma Stirling S(z)", s_lg, 0, mp.mpf(1) / 9, 13,
+                    weight=lambda z: z and mp.sqrt(z) / mp.loggamma(1 / mp.sqrt(z)) / ULP)
 
     # -- digamma -------------------------------------------------------------------------
     x0 = mp.findroot(mp.digamma, mp.mpf("1.4616321449683623"))
@@ -100,14 +101,14 @@ def derive() -> dict[str, object]:
     # weight: y^2 dR relative to |psi(x0 + y)| ~ 0.97 |y|
     c["PSI_R"] = fit("digamma R(y)", r_psi, 1 - x0 - mp.mpf("1e-9"), 2 - x0 + mp.mpf("1e-9"), 17,
                      weight=lambda y: abs(y) / mp.mpf("0.96") / ULP)
-    # asymptotic, x >= 8: psi(x) = log x - w/2 - z A(z), w = 1/x, z = w^2
-    c["PSI_ASYMPTOTIC_MIN"] = 8.0
+    # asymptotic, x >= 3: psi(x) = log x - w/2 - z A(z), w = 1/x, z = w^2
+    c["PSI_ASYMPTOTIC_MIN"] = 3.0
     a_psi = removable(
         lambda z: (mp.log(1 / mp.sqrt(z)) - mp.sqrt(z) / 2 - mp.digamma(1 / mp.sqrt(z))) / z,
         lambda z: mp.mpf(1) / 12 - z / 120,
     )
-    c["PSI_A"] = fit("digamma asymptotic A(z)", a_psi, 0, mp.mpf(1) / 64, 7,
-                     weight=lambda z: z / mp.digamma(8) / ULP)
+    c["PSI_A"] = fit("digamma asymptotic A(z)", a_psi, 0, mp.mpf(1) / 9, 14,
+                     weight=lambda z: z and z / mp.digamma(1 / mp.sqrt(z)) / ULP)
     c["EULER"] = float(mp.euler)
     # reflection: pi cot(pi r) = C(r^2) / (r S(r^2)), |r| <= 1/2,
     # S(t) = sin(pi r) / (pi r), C(t) = cos(pi r) with t = r^2

@@ -15,18 +15,19 @@ The pieces (constants in ``special_coefficients``, derived by
   m in [sqrt(1/2), sqrt(2)), log m = 2s + s^3 T(s^2), s = (m - 1)/(m + 1) kept to ~2^-100.
   libmvec's log (up to 2 ulp) is not used: Stirling's ``x log x`` and the recurrences
   amplify its error by 2-4x.
-* lgamma, x > 0: ``x >= 8`` Stirling, ``x log x - x`` done with exact products; below 8,
-  the recurrence to the base interval ``2 + y``, ``|y| <= 1/2`` (m = rint(x), y = x - m,
-  exact): ``lgamma(x) = P(y) -/+ log Q`` with Q = x(x+1), x, 1, or (x-1)...(x-(m-2)) as an
-  exact double-double product, and ``P(y) = lgamma(2 + y) = c1 y + c2 y^2 + y^3 R(y)`` with
-  the first two terms in double-double, so the cancellation next to the zeros at 1 and 2
-  (and against log x around the minimum at 1.46) costs no accuracy.
-* digamma, x > 0: ``x >= 8`` the asymptotic series on ``log_dd``; below, the base interval
-  [1, 2) around the positive root x0 = 1.4616..., through ``G(y) = psi(x0 + 1 + y) - 1/x0``
-  (y = z - x0 in double-double): ``psi(z) = G(y) + y / (x0 z)`` for z in [1, 2) -- both
-  terms are O(y), so the root costs nothing -- ``psi(x) = G + 1/x0 + sum 1/(x - j)`` above
-  2 and ``G + 1/x0 - 1/x - 1/(x+1)`` below 1, every fraction one exact double-double
-  quotient.
+* lgamma, x > 0: ``x >= 3`` Stirling with a minimax fit of its correction in 1/x^2 (which
+  converges down to 3), ``x log x - x`` done with exact products; below 3, the recurrence
+  to the base interval ``2 + y``, ``|y| <= 1/2`` (m = rint(x), y = x - m, exact):
+  ``lgamma(x) = P(y) -/+ log Q`` with Q = x(x+1), x, 1 or x - 1 (an exact double-double),
+  and ``P(y) = lgamma(2 + y) = c1 y + c2 y^2 + y^3 R(y)`` with the first two terms in
+  double-double, so the cancellation next to the zeros at 1 and 2 (and against log x
+  around the minimum at 1.46) costs no accuracy.
+* digamma, x > 0: ``x >= 3`` the asymptotic series (again a minimax fit in 1/x^2) on
+  ``log_dd``; below, the base interval [1, 2) around the positive root x0 = 1.4616...,
+  through ``G(y) = psi(x0 + 1 + y) - 1/x0`` (y = z - x0 in double-double):
+  ``psi(z) = G(y) + y / (x0 z)`` for z in [1, 2) -- both terms are O(y), so the root costs
+  nothing -- ``psi(x) = G + 1/x0`` on [2, 3) and ``G + 1/x0 - (2x + 1)/(x (x + 1))`` below 1,
+  the fraction one exact double-double quotient.
 
 Out-of-domain lanes (lgamma: x <= 0, subnormal, NaN, inf, results near overflow; digamma:
 x <= 0, subnormal, non-finite) take a branch that is never executed when every lane of a
@@ -77,19 +78,14 @@ def log_dd(s: Simd, x: F) -> tuple[F, F]:
 def lgamma_positive(s: Simd, x: F) -> F:
     """lgamma on lanes with TINY <= x < 1e305 (others: any finite value, result unused)."""
     big = x >= K.LG_STIRLING_MIN
-    m = s.rint(x)
+    m = s.rint(x)  # below 3: 0, 1, 2 or 3
     y = x - m  # exact, |y| <= 1/2
-    # Q as a double-double: m = 0: x (x + 1); m = 1: x; m = 2: 1; m >= 3: (x-1)...(x-(m-2))
+    # lgamma(x) = P(y) -/+ log q, q a double-double: m = 0: x (x + 1); 1: x; 2: 1; 3: x - 1
     a, a_lo = s.fast_two_sum(1.0, x)
     q0, q0_e = s.two_prod(x, a)
     q0_lo = s.fma(x, a_lo, q0_e)
-    p, p_lo = x - 1.0, s.wrap(0.0)
-    for j in range(2, 7):
-        f = s.select(m >= j + 2.0, x - float(j), 1.0)  # x - j exact
-        p, p_e = s.two_prod(p, f)
-        p_lo = s.fma(p_lo, f, p_e)
-    q = s.select(m.eq(0.0), q0, s.select(m.eq(1.0), x, s.select(m.eq(2.0), 1.0, p)))
-    q_lo = s.select(m.eq(0.0), q0_lo, s.select(m >= 3.0, p_lo, 0.0))
+    q = s.select(m.eq(0.0), q0, s.select(m.eq(1.0), x, s.select(m.eq(2.0), 1.0, x - 1.0)))
+    q_lo = s.select(m.eq(0.0), q0_lo, 0.0)
     sign = s.select(m < 1.5, -1.0, 1.0)
 
     arg = s.select(big, x, q)
@@ -112,10 +108,13 @@ def lgamma_positive(s: Simd, x: F) -> F:
     small = sh + (se + (p_lo + sign * lq_lo))
 
     # Stirling: x (log x - 1) - log(x)/2 + log(2 pi)/2 + S(1/x^2)/x
-    ah, ae = s.two_prod(x, log_hi - 1.0)  # log_hi - 1 is exact for log_hi >= 2
+    # (near x = 3 the result is as small as log(2 pi)/2 - log(x)/2: both sums exact)
+    c_hi, c_lo = K.HALF_LOG_2PI
+    ah, ae = s.two_prod(x, log_hi - 1.0)  # log_hi - 1 is exact for log_hi >= 1/2
+    bh, be = s.two_sum(ah, c_hi - 0.5 * log_hi)  # the difference is exact for x < 39
     tail = r * s.horner(r * r, K.LG_S)
-    rest = ((ae + x * log_lo) + (K.HALF_LOG_2PI - 0.5 * log_hi)) + (tail - 0.5 * log_lo)
-    return s.select(big, ah + rest, small)
+    rest = ((be + ae) + (x * log_lo + (c_lo - 0.5 * log_lo))) + tail
+    return s.select(big, bh + rest, small)
 
 
 def digamma_positive(s: Simd, x: F) -> F:
@@ -123,12 +122,11 @@ def digamma_positive(s: Simd, x: F) -> F:
     big = x >= K.PSI_ASYMPTOTIC_MIN
     below1 = x < 1.0
     in12 = (x >= 1.0) & (x < 2.0)
-    above2 = (x >= 2.0) & (x < K.PSI_ASYMPTOTIC_MIN)
-    fl = s.floor(x)
+    above2 = (x >= 2.0) & ~big  # [2, 3)
     x0_hi, x0_lo = K.PSI_X0
 
-    # y = z - x0 with z the point of [1, 2) the recurrence reaches (z = x + 1 below 1)
-    shift = s.select(above2, fl - 1.0, 0.0)
+    # y = z - x0 with z the point of [1, 2) the recurrence reaches (x + 1, x or x - 1)
+    shift = s.select(above2, 1.0, 0.0)
     y = (x - shift) - s.select(below1, K.PSI_X0_M1_HI, x0_hi)
     y_lo = -x0_lo
     # G(y) = psi(x0 + 1 + y) - 1/x0 = g1 y + y^2 R(y), at y + y_lo: the linear term in
@@ -146,24 +144,14 @@ def digamma_positive(s: Simd, x: F) -> F:
     d0_lo = s.fma(x, a_lo, d0_e)
     d1, d1_e = s.two_prod(x, x0_hi)  # [1, 2): y / (x0 x)
     d1_lo = s.fma(x, x0_lo, d1_e)
-    num, num_lo, den, den_lo = s.wrap(0.0), s.wrap(0.0), s.wrap(1.0), s.wrap(0.0)
-    for j in range(1, 6):  # above 2: sum_{j=1}^{floor(x)-2} 1/(x - j)
-        on = fl >= j + 2.0
-        f = s.select(on, x - float(j), 1.0)
-        nf, nf_e = s.two_prod(num, f)
-        nn, nn_e = s.two_sum(nf, s.select(on, den, 0.0))
-        num_lo = (nn_e + s.fma(num_lo, f, nf_e)) + s.select(on, den_lo, 0.0)
-        num = nn
-        den, den_e = s.two_prod(den, f)
-        den_lo = s.fma(den_lo, f, den_e)
 
     def pick(v0, v1, v2, v3):
         return s.select(below1, v0, s.select(in12, v1, s.select(above2, v2, v3)))
 
-    n_hi = pick(n0, y, num, 1.0)  # x >= 8: 1 / x
-    n_lo = pick(n0_lo, y_lo, num_lo, 0.0)
-    d_hi = pick(d0, d1, den, x)
-    d_lo = pick(d0_lo, d1_lo, den_lo, 0.0)
+    n_hi = pick(n0, y, 0.0, 1.0)  # [2, 3): no fraction; x >= 3: 1 / x
+    n_lo = pick(n0_lo, y_lo, 0.0, 0.0)
+    d_hi = pick(d0, d1, 1.0, x)
+    d_lo = pick(d0_lo, d1_lo, 0.0, 0.0)
     rd = 1.0 / d_hi
     q = n_hi * rd
     q_lo = (s.fma(-q, d_hi, n_hi) + (n_lo - q * d_lo)) * rd
@@ -176,10 +164,11 @@ def digamma_positive(s: Simd, x: F) -> F:
     s2, s2_e = s.two_sum(s1, sign * q)
     small = s2 + ((s2_e + s1_e) + ((g_lo + k_lo) + sign * q_lo))
 
-    # x >= 8: log x - w/2 - w^2 A(w^2), w = 1/x = q + q_lo
-    log_hi, log_lo = log_dd(s, s.select(big, x, 8.0))
+    # x >= 3: log x - w/2 - w^2 A(w^2), w = 1/x = q + q_lo
+    log_hi, log_lo = log_dd(s, s.select(big, x, 3.0))
     w2 = q * q
-    large = log_hi + (((log_lo - 0.5 * q_lo) - 0.5 * q) - w2 * s.horner(w2, K.PSI_A))
+    lh, le = s.two_sum(log_hi, -0.5 * q)
+    large = lh + ((le + (log_lo - 0.5 * q_lo)) - w2 * s.horner(w2, K.PSI_A))
     return s.select(big, large, small)
 
 
