@@ -257,8 +257,8 @@ def build_digamma(fn: ir.Function, dtype: str):
         tiny = d.fabs(x) < TINY  # +-0 and subnormals: -1/x - gamma (psi(+0) = -inf, psi(-0) = inf)
         fixed = d.select(tiny, (-1.0 / x) - K.EULER, fixed)
         fixed = d.select(x.eq(float("inf")), float("inf"), fixed)
-        fixed = d.select(x.eq(float("-inf")) | x.isnan(), float("nan"), fixed)
-        fixed = d.select(x.isnan(), x, fixed)
+        fixed = d.select(x.eq(float("-inf")), float("nan"), fixed)
+        fixed = d.select(x.isnan(), x, fixed)  # the input NaN itself, as scipy
         fixed_v = _narrow(s, fixed)
         slow_block = b.block
     out = b.phi(vty)

@@ -22,6 +22,9 @@ Functions libmvec lacks (lgamma, digamma) are vector functions this package defi
 itself (``special_functions.py``), called through the same scalar wrapper: the variant is
 a ``linkonce_odr alwaysinline`` definition instead of a declaration (numba's pipeline
 inlines it once the loop is vectorized), and it needs no libmvec, only AVX2/AVX-512 + FMA.
+Their formulas carry no fast-math flags, so the scalar wrapper runs a one-lane build of
+the same function instead of a splat: the same bits, at one lane's cost when a loop (or
+its remainder) does not vectorize.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ VECTOR_FUNCS: dict[str, tuple[int, dict[str, float]]] = {
     "cos": (1, {"float64": 3.0, "float32": 2.0}),
     "pow": (2, {"float64": 1.5, "float32": 1.0}),
     # defined by this package (special_functions.py), not by glibc; bounds for x > 0 (measured
-    # max 0.77 / 0.67 ulp in float64; float32 is computed in float64 and rounded once)
+    # max 0.72 / 0.66 ulp in float64; float32 is computed in float64 and rounded once)
     "lgamma": (1, {"float64": 1.0, "float32": 0.6}),
     "digamma": (1, {"float64": 1.0, "float32": 0.6}),
 }
@@ -156,6 +159,24 @@ def _keep_alive(module: ir.Module, fn: ir.Function):
     gv.initializer = ir.Constant(arr, elems)
 
 
+def _variant(module: ir.Module, name: str, dtype: str, vname: str, lanes: int) -> ir.Function:
+    """The vector variant ``vname`` of ``name`` (``lanes`` wide): libmvec's, declared, or
+    the package's own, defined here (the linker keeps one copy per process)."""
+    vfn = module.globals.get(vname)
+    if vfn is None:
+        fty = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+        vty = ir.VectorType(fty, lanes)
+        vfn = ir.Function(module, ir.FunctionType(vty, [vty] * VECTOR_FUNCS[name][0]), vname)
+        body = own_function(name)
+        if body is not None:
+            vfn.linkage = "linkonce_odr"
+            vfn.attributes.add("alwaysinline")  # numba inlines again after vectorizing
+            body(vfn, dtype)
+        _pure(vfn)
+        _keep_alive(module, vfn)
+    return vfn
+
+
 def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
     """Emit a scalar call the loop vectorizer maps onto ``name``'s libmvec variant."""
     isa = target_isa()
@@ -166,16 +187,8 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
     nargs = VECTOR_FUNCS[name][0]
 
     vname = variant_name(name, dtype, isa)
-    vfn = module.globals.get(vname)
-    if vfn is None:
-        vfn = ir.Function(module, ir.FunctionType(vty, [vty] * nargs), vname)
-        body = own_function(name)
-        if body is not None:  # defined here (the linker keeps one copy per process)
-            vfn.linkage = "linkonce_odr"
-            vfn.attributes.add("alwaysinline")  # numba inlines again after vectorizing
-            body(vfn, dtype)
-        _pure(vfn)
-        _keep_alive(module, vfn)
+    vfn = _variant(module, name, dtype, vname, lanes)
+    own = own_function(name) is not None
 
     sname = f"ptnumba_mvec_{name}{'f' if dtype == 'float32' else ''}_{isa}"
     sfn = module.globals.get(sname)
@@ -185,12 +198,16 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
         sfn.attributes.add("noinline")
         _pure(sfn)
         b = ir.IRBuilder(sfn.append_basic_block())
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        undef = ir.Constant(vty, ir.Undefined)
+        # libmvec's variant on a splat; the package's own function in one lane: its formula
+        # has no fast-math flags, so one lane gives the bits of any lane of any width
+        width = 1 if own else lanes
+        callee = _variant(module, name, dtype, f"ptnumba_v1_{sname}", 1) if own else vfn
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width)
+        undef = ir.Constant(ir.VectorType(fty, width), ir.Undefined)
         splats = [
             b.shuffle_vector(b.insert_element(undef, a, ir.IntType(32)(0)), undef, zeros) for a in sfn.args
         ]
-        b.ret(b.extract_element(b.call(vfn, splats), ir.IntType(32)(0)))
+        b.ret(b.extract_element(b.call(callee, splats), ir.IntType(32)(0)))
 
     attrs = builder.function.attributes
     if not any(str(a).startswith('"prefer-vector-width"') for a in attrs):
