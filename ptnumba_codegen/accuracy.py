@@ -7,11 +7,11 @@ import numpy as np
 
 FUNCTIONS = (
     "exp", "log", "log1p", "expm1", "tanh", "erf", "erfc", "sin", "cos",
-    "sigmoid", "softplus", "log1mexp", "gammaln", "psi",
+    "sigmoid", "softplus", "log1mexp", "gammaln", "psi", "tri_gamma",
 )  # fmt: skip
 
 # FUNCTIONS entries whose vector function has another name in vector_math.VECTOR_FUNCS
-VECTOR_NAME = {"gammaln": "lgamma", "psi": "digamma"}
+VECTOR_NAME = {"gammaln": "lgamma", "psi": "digamma", "tri_gamma": "trigamma"}
 
 
 def mp_reference(name: str):
@@ -33,6 +33,7 @@ def mp_reference(name: str):
         "log1mexp": lambda x: mpmath.log1p(-mpmath.exp(x)),
         "gammaln": lambda x: mpmath.loggamma(x) if x > 0 else mpmath.log(abs(mpmath.gamma(x))),
         "psi": mpmath.digamma,
+        "tri_gamma": lambda x: mpmath.psi(1, x),
     }[name]
 
 
@@ -45,7 +46,8 @@ def pytensor_function(name: str):
 def domain(name: str, dtype: str, n: int, rng: np.random.Generator) -> np.ndarray:
     """Points across the function's domain (finite results), in ``dtype``.
 
-    gammaln and psi: x > 0 (their budgets hold there; see docs/policies.md for x < 0).
+    gammaln, psi and tri_gamma: x > 0 (their budgets hold there; see docs/policies.md for
+    x < 0).
     """
     big = 700.0 if dtype == "float64" else 85.0
     tiny = 300 if dtype == "float64" else 35
@@ -69,14 +71,17 @@ def domain(name: str, dtype: str, n: int, rng: np.random.Generator) -> np.ndarra
         "log1mexp": -logspace(-tiny / 10, np.log10(big)),
         "gammaln": _special_domain(rng, n, dtype),
         "psi": _special_domain(rng, n, dtype),
+        "tri_gamma": _special_domain(rng, n, dtype, lo=-150 if dtype == "float64" else -19),
     }[name].astype(dtype)
 
 
-def _special_domain(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
-    """x > 0 for lgamma/digamma: dense where the formulas change (0-10, around the zeros
-    1, 2 and the root 1.4616), tiny and huge arguments up to lgamma's overflow."""
+def _special_domain(rng: np.random.Generator, n: int, dtype: str, lo: int | None = None) -> np.ndarray:
+    """x > 0 for lgamma/digamma/trigamma: dense where the formulas change (0-10, around the
+    zeros 1, 2 and the root 1.4616), tiny (down to 10**lo, where the result stays finite)
+    and huge arguments up to lgamma's overflow."""
     hi = 305 if dtype == "float64" else 36
-    lo = -307 if dtype == "float64" else -38  # float32: psi(x) ~ -1/x must not overflow
+    if lo is None:
+        lo = -307 if dtype == "float64" else -38  # float32: psi(x) ~ -1/x must not overflow
     k = n // 4
     near = np.array([1.0, 2.0, 1.4616321449683622])[rng.integers(0, 3, k)]
     return np.concatenate([

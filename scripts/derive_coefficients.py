@@ -110,6 +110,20 @@ def derive() -> dict[str, object]:
     c["PSI_A"] = fit("digamma asymptotic A(z)", a_psi, 0, mp.mpf(1) / 9, 14,
                      weight=lambda z: z and z / mp.digamma(1 / mp.sqrt(z)) / ULP)
     c["EULER"] = float(mp.euler)
+
+    # -- trigamma ------------------------------------------------------------------------
+    # base: psi1(2.5 + t) = b0 + t Q(t), |t| <= 1/2 (b0 as a double-double)
+    b0 = mp.psi(1, mp.mpf(5) / 2)
+    c["TRI_B0"] = split(b0)
+    q_tri = removable(lambda t: (mp.psi(1, mp.mpf(5) / 2 + t) - b0) / t, lambda t: mp.psi(2, mp.mpf(5) / 2))
+    c["TRI_Q"] = fit("trigamma Q(t)", q_tri, -0.5, 0.5, 19,
+                     weight=lambda t: abs(t) / mp.psi(1, mp.mpf(5) / 2 + t) / ULP)
+    # asymptotic, x >= 3: psi1(x) = w + w^2/2 + w^3 A(w^2), w = 1/x
+    c["TRI_ASYMPTOTIC_MIN"] = 3.0
+    a_tri = removable(lambda z: (mp.psi(1, 1 / mp.sqrt(z)) - mp.sqrt(z) - z / 2) / mp.sqrt(z) ** 3,
+                      lambda z: mp.mpf(1) / 6 - z / 30)
+    c["TRI_A"] = fit("trigamma asymptotic A(z)", a_tri, 0, mp.mpf(1) / 9, 14,
+                     weight=lambda z: z and mp.sqrt(z) ** 3 / mp.psi(1, 1 / mp.sqrt(z)) / ULP)
     # reflection: pi cot(pi r) = C(r^2) / (r S(r^2)), |r| <= 1/2,
     # S(t) = sin(pi r) / (pi r), C(t) = cos(pi r) with t = r^2
     sin_s = removable(lambda t: mp.sin(mp.pi * mp.sqrt(t)) / (mp.pi * mp.sqrt(t)), lambda t: 1 - mp.pi**2 * t / 6)

@@ -62,6 +62,7 @@ from ptnumba_codegen.lowering.vector_math import (
     _pow_formula,
     _sigmoid_formula,
     _softplus_formula,
+    _trigamma_formula,
     emit_vector,
     vector_dtype,
     vector_form,
@@ -313,6 +314,7 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     ),
     psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula, int_inputs=True),
     psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula, int_inputs=True),
+    psm.TriGamma: vector_form(_stock, ("trigamma",), None, _trigamma_formula, int_inputs=True),
     psm.Erf: vector_form(python(_erf), ("erf",), None, _erf_formula),
     psm.Erfc: vector_form(python(_erfc), ("erfc",), None, _erfc_formula),
 }

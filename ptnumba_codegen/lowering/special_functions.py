@@ -1,6 +1,6 @@
-"""Vector functions for lgamma and digamma, written for this package.
+"""Vector functions for lgamma, digamma and trigamma, written for this package.
 
-glibc's libmvec has no lgamma or digamma, so these are defined here, as IR, and called
+glibc's libmvec has none of them, so they are defined here, as IR, and called
 exactly like a libmvec variant (see ``vector_math.vector_call``): one function per
 (function, dtype, ISA) taking and returning a vector of the loop's width; the scalar
 remainder of a loop calls the same function on a splat, so an element's result never
@@ -29,9 +29,14 @@ The pieces (constants in ``special_coefficients``, derived by
   nothing -- ``psi(x) = G + 1/x0`` on [2, 3) and ``G + 1/x0 - (2x + 1)/(x (x + 1))`` below 1,
   the fraction one exact double-double quotient.
 
+* trigamma, x > 0: ``x >= 3`` the asymptotic series ``w + w^2/2 + w^3 A(w^2)`` (w = 1/x
+  as a double-double); below, ``psi1(z)`` on [2, 3) by a polynomial around 2.5 (its
+  linear term exact) plus the recurrence's ``1/x^2`` or ``1/x^2 + 1/(x+1)^2`` -- all terms
+  positive, one double-double quotient.
+
 Out-of-domain lanes (lgamma: x <= 0, subnormal, NaN, inf, results near overflow; digamma:
-x <= 0, subnormal, non-finite) take a branch that is never executed when every lane of a
-vector is an ordinary positive number:
+x <= 0, subnormal, non-finite; trigamma: x < 2^-500, non-finite) take a branch that is
+never executed when every lane of a vector is an ordinary positive number:
 
 * lgamma calls glibc's scalar ``lgamma_r``/``lgammaf_r`` -- the stock backend's own function
   (numba lowers ``math.lgamma`` to libm) -- on those lanes, so the results there, including
@@ -40,7 +45,10 @@ vector is an ordinary positive number:
   (``psi(+0) = -inf``, ``psi(-0) = +inf``, NaN at negative integers and ``-inf``) and
   the reflection ``psi(x) = psi(1 - x) - pi cot(pi x)`` with an exact reduction of ``pi x``;
   for x < 0 the error is small in absolute terms but not relative to the result next to
-  the negative roots (as for scipy's own reflection).
+  the negative roots (as for scipy's own reflection);
+* trigamma (stock: scipy's ``polygamma(1, x)`` in object mode) likewise: stock's special
+  values and the reflection ``pi^2 / sin^2(pi x) - psi1(1 - x)`` (no cancellation: the
+  first term is at least pi^2).
 """
 
 from __future__ import annotations
@@ -172,6 +180,51 @@ def digamma_positive(s: Simd, x: F) -> F:
     return s.select(big, large, small)
 
 
+def trigamma_positive(s: Simd, x: F) -> F:
+    """trigamma on lanes with 2^-500 <= x < inf (others: any finite value, result unused)."""
+    big = x >= K.TRI_ASYMPTOTIC_MIN
+    below1 = x < 1.0
+    in12 = (x >= 1.0) & (x < 2.0)
+    above2 = (x >= 2.0) & ~big  # [2, 3)
+    # base: psi1(2.5 + t), t = z - 2.5 for z = x + 2, x + 1 or x in [2, 3) (exact but below
+    # 1/4, where the recurrence's 1/x^2 dominates), plus the recurrence's 1/x^2 (+ 1/(x+1)^2)
+    t = x - s.select(below1, 0.5, s.select(in12, 1.5, 2.5))
+    b0_hi, b0_lo = K.TRI_B0
+    t1, t1_e = s.two_prod(t, K.TRI_Q[0])
+    base, base_e = s.two_sum(b0_hi, t1)
+    base_lo = (base_e + (b0_lo + t1_e)) + (t * t) * s.horner(t, K.TRI_Q[1:])
+
+    # the fraction n / d, double-doubles: below 1 (x^2 + (x+1)^2) / (x (x+1))^2, [1, 2) 1/x^2,
+    # x >= 3: 1/x (w)
+    a, a_lo = s.fast_two_sum(1.0, x)
+    xx, xx_e = s.two_prod(x, x)
+    aa, aa_e = s.two_prod(a, a)
+    n0, n0_e = s.two_sum(xx, aa)
+    n0_lo = n0_e + ((xx_e + aa_e) + 2.0 * a * a_lo)
+    p, p_e = s.two_prod(x, a)
+    p_lo = s.fma(x, a_lo, p_e)
+    d0, d0_e = s.two_prod(p, p)
+    d0_lo = d0_e + 2.0 * p * p_lo
+
+    def pick(v0, v1, v2, v3):
+        return s.select(below1, v0, s.select(in12, v1, s.select(above2, v2, v3)))
+
+    n_hi = pick(n0, 1.0, 0.0, 1.0)
+    n_lo = pick(n0_lo, 0.0, 0.0, 0.0)
+    d_hi = pick(d0, xx, 1.0, x)
+    d_lo = pick(d0_lo, xx_e, 0.0, 0.0)
+    rd = 1.0 / d_hi
+    q = n_hi * rd
+    q_lo = (s.fma(-q, d_hi, n_hi) + (n_lo - q * d_lo)) * rd
+
+    sh, se = s.two_sum(base, q)
+    small = sh + (se + (base_lo + q_lo))
+    # x >= 3: w + w^2/2 + w^3 A(w^2)
+    w2, w2_e = s.two_prod(q, q)
+    large = q + ((q_lo + 0.5 * w2) + ((0.5 * w2_e + q * q_lo) + (q * w2) * s.horner(w2, K.TRI_A)))
+    return s.select(big, large, small)
+
+
 def _pi_cot_pi(s: Simd, x: F) -> tuple[F, F]:
     """(pi cot(pi x), x - rint(x)): the reduction is exact, so the result is accurate."""
     r = x - s.rint(x)
@@ -267,5 +320,50 @@ def build_digamma(fn: ir.Function, dtype: str):
     b.ret(out)
 
 
+TRI_TINY = 2.0**-500  # below: 1/x^2 from the special-value branch (x^2 would underflow)
+
+
+def build_trigamma(fn: ir.Function, dtype: str):
+    """Body of the vector trigamma ``fn`` (<N x dtype> -> <N x dtype>)."""
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    vty = fn.function_type.return_type
+    s = Simd(b, vty.element, vty.count)
+    d, x = _widen(s, fn.args[0])
+    neg = x < 0.0
+    u = d.select(neg, 1.0 - x, x)  # reflection: psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x)
+    ok = (u >= TRI_TINY) & (u < float("inf"))
+    res = trigamma_positive(d, d.select(ok, u, 2.0))
+    res_v = _narrow(s, res)
+    fast_block = b.block
+    plain = (x >= TRI_TINY) & (x < float("inf"))
+    with b.if_then(d.any(~plain), likely=False):
+        # reflection: pi^2 / sin^2(pi r) = 1 / (r S(r^2))^2, r = x - rint(x) exact, S in
+        # double-double around its leading 1, so the term is good to a fraction of an ulp
+        r = x - d.rint(x)
+        sv, sv_lo = d.fast_two_sum(1.0, (r * r) * d.horner(r * r, K.SINPI_S[1:]))
+        v, v_e = d.two_prod(r, sv)
+        v_lo = d.fma(r, sv_lo, v_e)
+        vv, vv_e = d.two_prod(v, v)
+        vv_lo = vv_e + 2.0 * v * v_lo
+        inv_vv = 1.0 / vv
+        refl = inv_vv - (res + (d.fma(-inv_vv, vv, 1.0) - inv_vv * vv_lo) * (-inv_vv))
+        fixed = d.select(neg, d.select(vv.eq(0.0), float("inf"), refl), res)  # poles: +inf, as stock
+        inv = 1.0 / x
+        inv_lo = d.fma(-inv, x, 1.0) * inv
+        sq, sq_e = d.two_prod(inv, inv)
+        tiny = d.fabs(x) < TRI_TINY  # +-0, subnormals and tiny: 1/x^2 (+inf at +-0)
+        fixed = d.select(tiny, d.select(sq < float("inf"), sq + (sq_e + 2.0 * inv * inv_lo), float("inf")), fixed)
+        fixed = d.select(x.eq(float("inf")), 0.0, fixed)
+        fixed = d.select(x.eq(float("-inf")), float("inf"), fixed)
+        fixed = d.select(x.isnan(), x, fixed)
+        fixed_v = _narrow(s, fixed)
+        slow_block = b.block
+    out = b.phi(vty)
+    out.add_incoming(res_v, fast_block)
+    out.add_incoming(fixed_v, slow_block)
+    b.ret(out)
+
+
 # name -> body builder; vector_math declares the function and calls this to fill it in
-VECTOR_FUNCTIONS = {"lgamma": build_lgamma, "digamma": build_digamma}
+VECTOR_FUNCTIONS = {"lgamma": build_lgamma, "digamma": build_digamma, "trigamma": build_trigamma}

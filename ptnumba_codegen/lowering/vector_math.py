@@ -60,6 +60,7 @@ VECTOR_FUNCS: dict[str, tuple[int, dict[str, float]]] = {
     # max 0.72 / 0.66 ulp in float64; float32 is computed in float64 and rounded once)
     "lgamma": (1, {"float64": 1.0, "float32": 0.6}),
     "digamma": (1, {"float64": 1.0, "float32": 0.6}),
+    "trigamma": (1, {"float64": 1.0, "float32": 0.6}),
 }
 
 
@@ -362,6 +363,10 @@ def _lgamma_formula(m: VectorMath, x):
 
 def _digamma_formula(m: VectorMath, x):
     return m.call("digamma", x)
+
+
+def _trigamma_formula(m: VectorMath, x):
+    return m.call("trigamma", x)
 
 
 # Measured error bounds (ulp) of the formulas on top of the variants' own errors
