@@ -45,9 +45,6 @@ class Simd:
         """a * b + c with one rounding."""
         return self._intrinsic("llvm.fma", a, b, c)
 
-    def floor(self, x) -> F:
-        return self._intrinsic("llvm.floor", x)
-
     def rint(self, x) -> F:
         """Round to the nearest integer, ties to even."""
         return self._intrinsic("llvm.rint", x)

@@ -116,7 +116,8 @@ def lgamma_positive(s: Simd, x: F) -> F:
     small = sh + (se + (p_lo + sign * lq_lo))
 
     # Stirling: x (log x - 1) - log(x)/2 + log(2 pi)/2 + S(1/x^2)/x
-    # (near x = 3 the result is as small as log(2 pi)/2 - log(x)/2: both sums exact)
+    # (near x = 3, x (log x - 1) and log(2 pi)/2 - log(x)/2 are as large as the result:
+    # their sum is kept exact)
     c_hi, c_lo = K.HALF_LOG_2PI
     ah, ae = s.two_prod(x, log_hi - 1.0)  # log_hi - 1 is exact for log_hi >= 1/2
     bh, be = s.two_sum(ah, c_hi - 0.5 * log_hi)  # the difference is exact for x < 39
