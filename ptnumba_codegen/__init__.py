@@ -3,8 +3,10 @@
 Importing the package registers the ``policy_codegen`` rewrite and the numba dispatch::
 
     import ptnumba_codegen
-    mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
-    mode = ptnumba_codegen.policy_mode("strict")   # or a preset / TOML path per function
+    mode = ptnumba_codegen.policy_mode("strict")   # a preset / TOML path, per function
+    ptnumba_codegen.enable("default")              # or: every numba mode (nutpie, PyMC, ...)
+    ptnumba_codegen.disable()                      # new functions compile stock again
+    with ptnumba_codegen.enabled("strict"): ...    # the switch for one block
 """
 
 from ptnumba_codegen._version import GENERATOR_VERSION, __version__
@@ -15,6 +17,7 @@ import ptnumba_codegen.dispatch  # noqa: E402, F401  (registers the numba loweri
 from ptnumba_codegen.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
 from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
+from ptnumba_codegen.switch import disable, enable, enabled, enabled_policy, is_enabled
 
 # A bad $PTNUMBA_CODEGEN_POLICY is an error now, not a stock function later.
 load_policy(None)
@@ -27,8 +30,13 @@ __all__ = [
     "PolicyCodegen",
     "PolicyError",
     "__version__",
+    "disable",
+    "enable",
+    "enabled",
+    "enabled_policy",
     "explain",
     "fallback_reason",
+    "is_enabled",
     "load_policy",
     "parallel_enabled",
     "policy_mode",

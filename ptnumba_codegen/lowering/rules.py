@@ -57,11 +57,14 @@ from ptnumba_codegen.lowering.formulas import (
 from ptnumba_codegen.lowering.vector_math import (
     FORMULA_ULP,
     _erf_formula,
+    _digamma_formula,
     _erfc_formula,
+    _lgamma_formula,
     _log1mexp_formula,
     _pow_formula,
     _sigmoid_formula,
     _softplus_formula,
+    _trigamma_formula,
     emit_vector,
     vector_dtype,
     vector_form,
@@ -336,6 +339,14 @@ def _float_result(t: Typed) -> str:
     return "float" if isinstance(t.outputs[0], types.Float) else "other"
 
 
+def _stock(t: Typed) -> Emitter:
+    """The stock backend's function for the instruction's op (see `stock_call`)."""
+    return stock_call(t.op)(t)
+
+
+_stock.kind = "stock"
+
+
 def _pick(plans: dict[str, Callable], choose: Callable[[Typed], str]):
     def plan(t: Typed) -> Emitter:
         return plans[choose(t)](t)
@@ -414,8 +425,9 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     psm.Log1mexp: in_output_dtype(
         vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula)
     ),
-    # math.lgamma/erf/erfc of an integer compute in float64 (as numpy and scipy do)
-    psm.GammaLn: python(_lgamma),
+    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula, int_inputs=True),
+    psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula, int_inputs=True),
+    psm.TriGamma: vector_form(_stock, ("trigamma",), None, _trigamma_formula, int_inputs=True),
     psm.Erf: vector_form(python(_erf), ("erf",), None, _erf_formula),
     psm.Erfc: vector_form(python(_erfc), ("erfc",), None, _erfc_formula),
 }
