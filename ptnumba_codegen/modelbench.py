@@ -560,7 +560,10 @@ def lowering_rows(fn, rows_at_least: int = 1) -> tuple[list[tuple], list[str], C
             per_row = size is None or size >= rows_at_least
             body = plan.body
             for instr, klass, emitter in zip(body.program.instrs, body.classes, body.emitters, strict=True):
-                if getattr(emitter, "label", None):
+                label = getattr(emitter, "label", None) or ""
+                if label.startswith("libm lanes"):  # scalar libm, lane by lane (lane_calls)
+                    how = "scalar"
+                elif label:
                     how = "libmvec"
                 elif hasattr(emitter, "stock_key"):
                     how = "stock"

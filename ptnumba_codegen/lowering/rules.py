@@ -54,6 +54,7 @@ from ptnumba_codegen.lowering.formulas import (
     _softplus_uint,
     _uint_sign,
 )
+from ptnumba_codegen.lowering.lane_calls import lane_call, lane_dtype, stock_formula
 from ptnumba_codegen.lowering.vector_math import (
     FORMULA_ULP,
     _erf_formula,
@@ -142,16 +143,19 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
         kernel = _mangled(table[loop.ufunc_sig])
         sig = numba.core.typing.signature(loop.outputs[0], *loop.inputs)
         vdtype = vector and vector_dtype(t, vector, (*loop.inputs, *loop.outputs))
+        ldtype = None if vdtype or not vector or t.flags else lane_dtype(vector, (*loop.inputs, *loop.outputs))
 
         def emit(context, builder, args, flags):
             cast = [_cast(context, builder, a, f, l) for a, f, l in zip(args, t.inputs, loop.inputs)]
             if vdtype:
                 res = emit_vector(context, builder, vector, vdtype, cast)
+            elif ldtype:
+                res = lane_call(builder, vector, cast[0], ldtype)
             else:
                 res = kernel(context, builder, sig, cast)
             return [_cast(context, builder, res, loop.outputs[0], t.outputs[0])]
 
-        emit.label = f"libmvec {vector} ({vdtype})" if vdtype else None
+        emit.label = f"libmvec {vector} ({vdtype})" if vdtype else f"libm lanes {vector} ({ldtype})" if ldtype else None
         return emit
 
     plan.kind = f"ufunc:{np_ufunc.__name__}"
@@ -347,6 +351,11 @@ def _stock(t: Typed) -> Emitter:
 _stock.kind = "stock"
 
 
+def _lanes(name: str) -> Callable[[Typed], Emitter | None]:
+    """Stock's formula ``name`` on lane calls (`lane_calls.STOCK_FORMULAS`), where it applies."""
+    return lambda t: stock_formula(name, t)
+
+
 def _pick(plans: dict[str, Callable], choose: Callable[[Typed], str]):
     def plan(t: Typed) -> Emitter:
         return plans[choose(t)](t)
@@ -406,7 +415,9 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
         _pick(
             {
                 "uint": python(None, for_input=_sigmoid_uint),
-                "other": vector_form(python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], _sigmoid_formula),
+                "other": vector_form(
+                    python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], _sigmoid_formula, exact=_lanes("sigmoid")
+                ),
             },
             lambda t: "uint" if _is_uint(t) else "other",
         )
@@ -416,7 +427,7 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
             {
                 "uint": python(None, for_input=_softplus_uint),
                 "other": vector_form(
-                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], _softplus_formula
+                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], _softplus_formula, exact=_lanes("softplus")
                 ),
             },
             lambda t: "uint" if _is_uint(t) else "other",

@@ -265,8 +265,12 @@ def emit_vector(context, builder, name, dtype, args):
     return res
 
 
-def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula, int_inputs: bool = False):
-    """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``.
+def vector_form(
+    scalar_rule, needs: tuple[str, ...], bound: float | None, formula, int_inputs: bool = False, exact=None
+):
+    """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``
+    (or ``exact(t)``, an emitter with the scalar rule's bits, where it gives one: stock's
+    formula on `lane_calls`, so the loop still vectorizes).
 
     ``formula`` builds the result with ``vm`` (a `VectorMath` of the chosen dtype); the
     formulas are branch-free (selects, with safe arguments on the lanes a select drops),
@@ -283,7 +287,7 @@ def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formul
             loop_types = [ty for ty in loop_types if not isinstance(ty, types.Integer)]
         dtype = vector_dtype(t, needs, loop_types, bound)
         if dtype is None or len(t.outputs) != 1:
-            return scalar_rule(t)
+            return (exact and exact(t)) or scalar_rule(t)
         fty = numba_type(dtype)
 
         def emit(context, builder, args, flags):

@@ -1,0 +1,77 @@
+"""Lane calls (lowering/lane_calls.py): strict libm calls inside loops that vectorize.
+
+Every lane must give scalar libm's bits, so a decision on a lane-called value equals
+stock strict's at ties, and policy ``strict`` stays stock strict bit for bit, at the
+branch points of stock's formulas (softplus: -37, 18, 33.3) and special values."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytensor.tensor as pt
+import pytest
+
+from conftest import compile_fn, final_ir
+from ptnumba_codegen.lowering.vector_math import target_isa
+
+pytestmark = pytest.mark.skipif(target_isa() is None, reason="no AVX2 / AVX-512 target")
+
+FUNCS = {
+    "exp": pt.exp,
+    "log": pt.log,
+    "log1p": pt.log1p,
+    "expm1": pt.expm1,
+    "tanh": pt.tanh,
+    "sin": pt.sin,
+    "cos": pt.cos,
+    "softplus": pt.softplus,
+    "sigmoid": pt.sigmoid,
+}
+
+
+def _values():
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, 709.78, 709.79, -745.2, -745.1]
+    edges = []
+    for e in (-37.0, 18.0, 33.3, 1e-5, -1.0, 1.0):
+        edges += [np.nextafter(e, -np.inf), e, np.nextafter(e, np.inf)]
+    rng = np.random.default_rng(3)
+    rand = np.concatenate([rng.standard_normal(3000) * 20, rng.uniform(-1, 1, 1000)])
+    return np.concatenate([special, edges, rand, -np.abs(rand)])
+
+
+def _graph(x, b, c):
+    vals = [f(x) for f in FUNCS.values()]
+    decisions = [pt.le(v, b) for v in vals]
+    # a vectorizable neighbour outside every cone
+    return [*decisions, pt.exp(c) * 2.0 + c]
+
+
+def test_decisions_on_lane_calls_equal_stock_strict_at_ties():
+    x, b, c = pt.vectors("x", "b", "c")
+    xv = _values()
+    cv = np.linspace(-3, 3, xv.size)
+    fn = compile_fn([x, b, c], _graph(x, b, c), "policy_default", cache_key="lanes", inspect_ir=True)
+    ref = compile_fn([x, b, c], _graph(x, b, c), "stock_strict", cache_key="lanes")
+    vals = compile_fn([x], [f(x) for f in FUNCS.values()], "stock_strict", cache_key="lanes_vals")(xv)
+    for name, v in zip(FUNCS, vals, strict=True):
+        bv = np.where(np.arange(xv.size) % 2 == 0, v, np.nextafter(v, -np.inf))  # ties and just below
+        got, want = fn(xv, bv, cv), ref(xv, bv, cv)
+        k = list(FUNCS).index(name)
+        assert np.array_equal(got[k], want[k]), name
+    ir = final_ir(fn)
+    for sym in ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos"):
+        assert re.search(rf"<\d+ x double> @ptnumba_lanes\d+_{sym}\(", ir), f"{sym} is not called in a vector loop"
+
+
+def test_strict_policy_is_stock_strict_bit_for_bit_through_lane_calls():
+    x = pt.vector("x")
+    outs = [f(x) for f in FUNCS.values()]
+    xv = _values()
+    got = compile_fn([x], outs, "policy_strict", cache_key="lanes_strict", inspect_ir=True)(xv)
+    want = compile_fn([x], outs, "stock_strict", cache_key="lanes_vals")(xv)
+    for name, g, w in zip(FUNCS, got, want, strict=True):
+        assert g.dtype == w.dtype, name
+        assert np.array_equal(g.view(np.uint64), w.view(np.uint64)), name  # NaN and zero signs too
+    fn = compile_fn([x], outs, "policy_strict", cache_key="lanes_strict", inspect_ir=True)
+    assert "ptnumba_lanes" in final_ir(fn)
