@@ -5,6 +5,7 @@ Importing the package registers the ``policy_codegen`` rewrite and the numba dis
     import ptnumba_codegen
     mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
     mode = ptnumba_codegen.policy_mode("strict")   # or a preset / TOML path per function
+    mode = ptnumba_codegen.policy_mode("as_written")  # decisions exactly as written
 """
 
 from ptnumba_codegen._version import GENERATOR_VERSION, __version__
@@ -12,11 +13,14 @@ from ptnumba_codegen.policy import ENV_VAR, Policy, PolicyError, load_policy
 from ptnumba_codegen.rewrite import TAG, PolicyCodegen, policy_mode
 
 import ptnumba_codegen.dispatch  # noqa: E402, F401  (registers the numba lowering)
+import ptnumba_codegen.as_written_lowering  # noqa: E402, F401  (registers AsWritten's lowering)
+from ptnumba_codegen.as_written_op import AsWritten
 from ptnumba_codegen.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
 from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
 
 __all__ = [
+    "AsWritten",
     "ENV_VAR",
     "GENERATOR_VERSION",
     "TAG",

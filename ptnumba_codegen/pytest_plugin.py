@@ -62,31 +62,33 @@ def pytest_addoption(parser):
         action="store",
         default=None,
         metavar="POLICY",
-        help="Policy for every numba mode: preset name (default, strict, fast) or TOML "
+        help="Policy for every numba mode: preset name (default, strict, fast, as_written) or TOML "
         "path. Overrides $PTNUMBA_CODEGEN_POLICY (default: 'default').",
     )
 
 
 def _policy_rewrite_in(mode) -> bool:
-    """Whether ``mode``'s rewriter (as queried now) contains the policy rewrite."""
+    """Whether ``mode``'s rewriter (as queried now) contains both policy rewrites."""
+    from ptnumba_codegen.as_written import AsWrittenPass
     from ptnumba_codegen.rewrite import PolicyCodegen
 
     rewriter = mode.optimizer
     rewriter = getattr(rewriter, "_rewriter", rewriter)  # _ActiveModeGraphRewriter
-    return any(isinstance(r, PolicyCodegen) for r in getattr(rewriter, "data", ()))
+    found = getattr(rewriter, "data", ())
+    return all(any(isinstance(r, cls) for r in found) for cls in (PolicyCodegen, AsWrittenPass))
 
 
 def enable_policy_codegen_in_numba_modes() -> None:
-    """Tag the registered ``policy_codegen`` rewrite ``numba`` (idempotent) and check it."""
+    """Tag the registered ``policy_codegen`` rewrites ``numba`` (idempotent) and check it."""
     from pytensor.compile import optdb
     from pytensor.compile.mode import NUMBA, Mode
 
-    import ptnumba_codegen  # noqa: F401  (registers the rewrite and the numba dispatch)
-    from ptnumba_codegen.rewrite import TAG
+    import ptnumba_codegen  # noqa: F401  (registers the rewrites and the numba dispatch)
+    from ptnumba_codegen.rewrite import REGISTERED, TAG
 
-    rewriter = optdb[TAG]
-    if rewriter not in optdb.__db__.get(NUMBA_TAG, ()):
-        optdb.add_tags(TAG, NUMBA_TAG)
+    for name in REGISTERED:
+        if optdb[name] not in optdb.__db__.get(NUMBA_TAG, ()):
+            optdb.add_tags(name, NUMBA_TAG)
     for mode in (NUMBA, Mode(linker="numba", optimizer=None)):
         if not _policy_rewrite_in(mode):
             raise pytest.UsageError(

@@ -1,4 +1,12 @@
-"""The graph rewrite that hands every kernel node to the generator, and the modes."""
+"""The graph rewrites of a policy, their registration, and the modes.
+
+Two rewrites, both selected by the ``policy_codegen`` tag:
+
+| name | position | job |
+|---|---|---|
+| ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written`) |
+| ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator |
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,8 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
+from ptnumba_codegen.as_written import POSITION as AS_WRITTEN_POSITION
+from ptnumba_codegen.as_written import AsWrittenPass
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
@@ -16,7 +26,9 @@ from ptnumba_codegen.policy import Policy, load_policy
 
 log = logging.getLogger("ptnumba_codegen")
 
-TAG = "policy_codegen"
+TAG = "policy_codegen"  # the tag selecting both rewrites
+KERNELS_NAME = "policy_kernels"
+AS_WRITTEN_NAME = "policy_as_written"
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
 POSITION = 100.5
 
@@ -26,12 +38,13 @@ class PolicyCodegen(GraphRewriter):
     ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
 
     ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
-    ``default``) each time it runs.
+    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes.
     """
 
-    def __init__(self, policy: str | Policy | None = None):
+    def __init__(self, policy: str | Policy | None = None, kinds: tuple[type, ...] | None = None):
         super().__init__()
         self.policy = policy
+        self.kinds = kinds
 
     def add_requirements(self, fgraph):
         pass
@@ -42,6 +55,8 @@ class PolicyCodegen(GraphRewriter):
         taken = []
         for node in fgraph.toposort():
             if is_policy_op(node.op) or planner_for(node.op) is None:
+                continue
+            if self.kinds is not None and not isinstance(node.op, self.kinds):
                 continue
             new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive))
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
@@ -77,8 +92,10 @@ def summarize(nodes, policy) -> str:
     return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
 
 
-# Registered under its name only: the name is its sole tag (not fast_run, not numba).
-optdb.register(TAG, PolicyCodegen(), position=POSITION)
+# Registered under the policy_codegen tag only (not fast_run, not numba).
+optdb.register(AS_WRITTEN_NAME, AsWrittenPass(), TAG, position=AS_WRITTEN_POSITION)
+optdb.register(KERNELS_NAME, PolicyCodegen(), TAG, position=POSITION)
+REGISTERED = (AS_WRITTEN_NAME, KERNELS_NAME)
 
 
 def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
@@ -89,4 +106,6 @@ def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run")
     validated) now, before anything is compiled.
     """
     resolved = load_policy(policy)
-    return Mode(linker="numba", optimizer=optimizer).register((PolicyCodegen(resolved), POSITION))
+    return Mode(linker="numba", optimizer=optimizer).register(
+        (AsWrittenPass(resolved), AS_WRITTEN_POSITION), (PolicyCodegen(resolved), POSITION)
+    )

@@ -18,7 +18,7 @@ from ptnumba_codegen.ops import is_policy_op
 
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
-BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast")
+BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast", "policy_as_written", "unoptimized_strict")
 
 _COMPILED: dict = {}
 
@@ -36,6 +36,9 @@ def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=Fals
     if backend.startswith("stock_"):
         flags["numba__fastmath"] = backend == "stock_fast"
         mode = Mode(linker="numba", optimizer="fast_run")
+    elif backend == "unoptimized_strict":  # the graph as written: the as_written reference
+        flags["numba__fastmath"] = False
+        mode = Mode(linker="numba", optimizer=None)
     elif backend.startswith("policy_"):
         mode = ptnumba_codegen.policy_mode(backend.removeprefix("policy_"))
     elif backend == "c":

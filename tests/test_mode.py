@@ -24,16 +24,23 @@ def elemwise_nodes(fn):
 
 
 def test_tag_is_only_policy_codegen():
-    tags = {t for t, names in optdb.__db__.items() if optdb["policy_codegen"] in names}
-    assert tags == {"policy_codegen", "PolicyCodegen"}
-    # after everything the numba linker runs (the numba fusions sit at 100)
+    from ptnumba_codegen.rewrite import AS_WRITTEN_NAME, KERNELS_NAME
+
+    assert set(optdb.__db__["policy_codegen"]) == {optdb[KERNELS_NAME], optdb[AS_WRITTEN_NAME]}
+    for name, cls in ((KERNELS_NAME, "PolicyCodegen"), (AS_WRITTEN_NAME, "AsWrittenPass")):
+        tags = {t for t, names in optdb.__db__.items() if optdb[name] in names}
+        assert tags == {name, "policy_codegen", cls}
     numba_positions = [
         pos
         for name, pos in optdb.__position__.items()
-        if name != "policy_codegen"
+        if name not in (KERNELS_NAME, AS_WRITTEN_NAME)
         and any(optdb[name] in optdb.__db__.get(tag, ()) for tag in ("fast_run", "numba", "minimum_compile"))
     ]
-    assert optdb.__position__["policy_codegen"] > max(numba_positions)
+    # the kernels after everything the numba linker runs (the numba fusions sit at 100)
+    assert optdb.__position__[KERNELS_NAME] > max(numba_positions)
+    # the as-written pass after OpFromGraph inlining (-0.01), before everything else
+    assert optdb.__position__["inline_ofg_expansion"] < optdb.__position__[AS_WRITTEN_NAME]
+    assert optdb.__position__[AS_WRITTEN_NAME] < min(p for p in numba_positions if p > -0.01)
 
 
 def test_including_tag_hands_every_elemwise_to_the_generator():

@@ -1,0 +1,158 @@
+"""The as-written pass: every decision computed from its inputs exactly as the user wrote them.
+
+PyTensor's ``fast_run`` rewrites change the arithmetic that feeds comparisons before any
+backend sees it (``x*(y*z)`` becomes ``mul(x, y, z)``, ``exp(a)*exp(c)`` becomes
+``exp(a + c)``), so at a tie a comparison can flip even when every kernel is strict. Under
+a policy with ``[comparison] as_written = true`` this pass runs first, on the graph handed
+to ``pytensor.function`` (gradients included), right after ``inline_ofg_expansion`` and
+before ``merge1`` and ``canonicalize``. For every deciding node (the tables of
+`ptnumba_codegen.decisions`), in topological order:
+
+1. take its float decision inputs and walk back through their producers to the leaves
+   (graph inputs, shared variables, constants, random draws, earlier `AsWritten`
+   results);
+2. if some decision input is computed there (a non-empty cone), or the same variable is
+   compared with itself (``eq(x, x)``, which a rewrite folds to ``True`` even for NaN),
+   replace the node and that cone by one `AsWritten` node reading the leaves
+   (``FREEZE_NODE``), or only the cone values the node reads (``FREEZE_INPUTS``).
+
+The `AsWritten` node is opaque to every rewrite; its inner graph is compiled with IEEE
+arithmetic and libm (`ptnumba_codegen.as_written_lowering`). The original cone stays in
+the graph for whatever else reads it and is rewritten and fused as usual, so a value that
+feeds both a decision and other math is computed twice: once as written for the decision,
+once fast for the rest. A decision whose decision inputs are all leaves is left alone:
+nothing can change how its inputs are computed, and the policy compiles it strictly.
+
+Nested decisions read earlier results: ``eq(minimum(p, b), p)`` freezes ``minimum`` with
+the cone of ``p`` first, then ``eq`` reads that `AsWritten` result and recomputes ``p``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pytensor.graph.basic import Constant
+from pytensor.graph.features import ReplaceValidate
+from pytensor.graph.fg import FrozenFunctionGraph
+from pytensor.graph.rewriting.basic import GraphRewriter
+
+from ptnumba_codegen.as_written_op import REASON, AsWritten
+from ptnumba_codegen.decisions import decision_rule, is_float, leaf_reason
+from ptnumba_codegen.policy import Policy, load_policy
+
+log = logging.getLogger("ptnumba_codegen")
+
+# After inline_ofg_expansion (-0.01: inlined OpFromGraphs are part of the graph as written),
+# before merge1 (0) and everything else.
+POSITION = -0.005
+
+
+class AsWrittenPass(GraphRewriter):
+    """Freeze every decision with its cone, if the policy has ``[comparison] as_written``.
+
+    ``policy=None`` resolves the process default each time it runs; a policy without
+    ``as_written`` makes it a no-op.
+    """
+
+    def __init__(self, policy: str | Policy | None = None):
+        super().__init__()
+        self.policy = policy
+
+    def add_requirements(self, fgraph):
+        fgraph.attach_feature(ReplaceValidate())
+
+    def apply(self, fgraph):
+        policy = load_policy(self.policy)
+        if not policy.as_written:
+            return
+        frozen = []
+        for node in fgraph.toposort():
+            if node not in fgraph.apply_nodes:
+                continue  # an earlier replacement pruned it
+            new = freeze(fgraph, node, policy)
+            if new is not None:
+                frozen.append(new)
+        if frozen and log.isEnabledFor(logging.INFO):
+            log.info("%s", summarize(frozen, policy))
+
+    def __str__(self):
+        return f"AsWrittenPass({self.policy!r})"
+
+
+def summarize(nodes, policy) -> str:
+    """'policy as_written: 3 decision(s) kept as written (7 ops in their cones), ...'."""
+    decisions = [n for n in nodes if n.op.kind == "decision"]
+    inputs = [n for n in nodes if n.op.kind == "inputs"]
+    text = (
+        f"policy {policy.name}: {len(decisions)} decision(s) kept as written "
+        f"({sum(n.op.cone_size for n in decisions)} ops in their cones)"
+    )
+    if inputs:
+        text += f", {len(inputs)} node(s) read as-written inputs ({sum(n.op.cone_size for n in inputs)} ops)"
+    return text
+
+
+def is_leaf(var) -> bool:
+    return leaf_reason(var) is not None
+
+
+def cone_leaves(roots) -> tuple[list, set]:
+    """(the leaves under ``roots`` in a deterministic order (depth first, inputs in order),
+    every variable visited)."""
+    leaves, seen = [], set()
+    stack = list(reversed(roots))
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        if isinstance(var, Constant):
+            continue
+        if is_leaf(var):
+            leaves.append(var)
+        else:
+            stack.extend(reversed(var.owner.inputs))
+    return leaves, seen
+
+
+def freeze(fgraph, node, policy: Policy):
+    """Freeze ``node``'s decision (or its decision inputs) if it needs it; the new node or None."""
+    rule = decision_rule(node)
+    if rule is None:
+        return None
+    kind, positions = rule
+    roots = [node.inputs[p] for p in positions if is_float(node.inputs[p])]
+    computed = [v for v in roots if not isinstance(v, Constant) and not is_leaf(v)]
+    self_compared = kind == "node" and len(set(roots)) < len(roots)
+    if not computed and not self_compared:
+        return None
+    if kind == "node":
+        return _freeze_node(fgraph, node, roots, policy)
+    return _freeze_inputs(fgraph, node, positions, computed, policy)
+
+
+def _freeze_node(fgraph, node, roots, policy):
+    leaves, cone = cone_leaves(roots)
+    for var in node.inputs:  # the node's other inputs are read as they are (unless in the cone)
+        if var not in cone and not isinstance(var, Constant):
+            cone.add(var)
+            leaves.append(var)
+    label = str(node.op)
+    op = AsWritten(FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=label, kind="decision")
+    new = op.make_node(*leaves)
+    for old, out in zip(node.outputs, new.outputs, strict=True):
+        out.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
+    return new
+
+
+def _freeze_inputs(fgraph, node, positions, computed, policy):
+    values = list(dict.fromkeys(computed))
+    leaves, _ = cone_leaves(values)
+    label = f"inputs {[p for p in positions if node.inputs[p] in values]} of {node.op}"
+    op = AsWritten(FrozenFunctionGraph.from_io(leaves, values), policy, label=label, kind="inputs")
+    new = op.make_node(*leaves)
+    for p in positions:
+        if node.inputs[p] in values:
+            fgraph.change_node_input(node, p, new.outputs[values.index(node.inputs[p])], reason=REASON)
+    return new
