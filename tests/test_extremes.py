@@ -1,5 +1,6 @@
 """Extreme inputs through the stable formulas PyMC relies on, and their gradients:
-the non-finite pattern must be the C backend's, finite values within 1e-12 relative."""
+the non-finite pattern must be the C backend's, finite values within 1e-12 relative,
+under the default policy and with decisions as written."""
 
 import numpy as np
 import pytensor
@@ -39,12 +40,13 @@ def graphs():
 GRAPHS = graphs()
 
 
+@pytest.mark.parametrize("backend", ["policy_default", "policy_as_written"])
 @pytest.mark.parametrize("name", list(GRAPHS))
-def test_extremes_match_c_backend(name):
+def test_extremes_match_c_backend(name, backend):
     ins, outs, vals = GRAPHS[name]
     with np.errstate(all="ignore"):
         ref = compile_fn(ins, outs, "c", cache_key=("extreme", name))(*vals)
-        fn = compile_fn(ins, outs, "policy_default", cache_key=("extreme", name))
+        fn = compile_fn(ins, outs, backend, cache_key=("extreme", name))
         res = fn(*vals)
     assert_no_fallback(fn)
     for k, (r, e) in enumerate(zip(res, ref, strict=True)):

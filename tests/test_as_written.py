@@ -1,0 +1,197 @@
+"""Policy ``as_written``: decisions computed from their cones exactly as written.
+
+The reference is ``Mode(linker="numba", optimizer=None)`` under ``numba__fastmath=False``
+(backend ``unoptimized_strict``). Random ties are in test_ties_as_written.py; here: the
+issue's two examples, the structure of the frozen copies (nothing rewrote them, leaves,
+nesting, input-only freezing), pickling and caching, other linkers, explain.
+"""
+
+import logging
+import math
+import pickle
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+from pytensor.raise_op import Assert
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.random.op import RandomVariable
+
+import ptnumba_codegen
+from conftest import assert_same_bits, compile_fn
+from ptnumba_codegen.as_written import AsWrittenPass
+from ptnumba_codegen.as_written_op import AsWritten
+from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_fn
+
+# the maintainer's counter-example (seed thread): exp(a)*exp(c) is rewritten to exp(a + c)
+AV = np.array([-2.486104997138254])
+CV = np.array([-1.5791369604234018])
+MAINT_BV = np.exp(AV) * np.exp(CV)
+MAINT_EXPECTED = 0.01715884
+
+
+def maintainer_fn(backend):
+    a, c, b = pt.vectors("a", "c", "b")
+    ga = pytensor.grad(pt.minimum(pt.exp(a) * pt.exp(c), b).sum(), a)
+    return compile_fn([a, c, b], ga, backend, cache_key="maintainer")
+
+
+def frozen(fn):
+    return [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, AsWritten)]
+
+
+def test_maintainers_example_is_decided_as_written():
+    assert maintainer_fn("policy_default")(AV, CV, MAINT_BV)[0] == 0.0  # fast_run's exp(a + c)
+    ref = maintainer_fn("unoptimized_strict")(AV, CV, MAINT_BV)
+    np.testing.assert_allclose(ref, [MAINT_EXPECTED], rtol=1e-6)
+    res = maintainer_fn("policy_as_written")(AV, CV, MAINT_BV)
+    np.testing.assert_allclose(res, [MAINT_EXPECTED], rtol=1e-6)
+    np.testing.assert_allclose(res, ref, rtol=1e-12)
+
+
+def test_seed_example_still_holds():
+    fn = seed_fn("policy_as_written")
+    np.testing.assert_allclose(fn(XV, YV, ZV, WV, BV), [EXPECTED], rtol=1e-10)
+    assert frozen(fn)
+
+
+def test_the_frozen_cone_is_the_graph_as_written_and_the_rest_is_rewritten():
+    x, y, z, b = pt.vectors("x", "y", "z", "b")
+    p = x * (y * z)
+    outs = [pt.le(p, b), p * 2.0]  # p also feeds other math
+    fn = compile_fn([x, y, z, b], outs, "policy_as_written", cache_key="parens")
+    [node] = frozen(fn)
+    inner = [n for n in node.op.fgraph.toposort()]
+    muls = [n for n in inner if isinstance(n.op, Elemwise) and type(n.op.scalar_op).__name__ == "Mul"]
+    assert len(muls) == 2 and all(len(m.inputs) == 2 for m in muls)  # x*(y*z): not flattened
+    assert node.op.cone_size == 2 and node.op.kind == "decision"
+    # outside the cone, fast_run flattened the product into one 3-input Mul (fused)
+    rest = [n for n in fn.maker.fgraph.toposort() if n is not node]
+    assert any("i0 * i1 * i2" in str(n.op) or "mul(" in str(n.op) or len(n.inputs) >= 3 for n in rest)
+    rng = np.random.default_rng(1)
+    xv, yv, zv = (rng.uniform(0.5, 2.0, 2000) for _ in range(3))
+    bv = np.array([xv[i] * (yv[i] * zv[i]) for i in range(2000)])
+    le, twice = fn(xv, yv, zv, bv)
+    assert le.all()  # every tie holds as written
+    np.testing.assert_allclose(twice, 2 * bv, rtol=1e-15)
+    assert not compile_fn([x, y, z, b], outs, "policy_default", cache_key="parens")(xv, yv, zv, bv)[0].all()
+
+
+def test_ties_at_scale_have_no_flips():
+    """The issue's measurement: 20,000 elements, thresholds built in written order with libm."""
+    rng = np.random.default_rng(20)
+    n = 20_000
+    x, y, z, b = pt.vectors("x", "y", "z", "b")
+    xv, yv, zv = (rng.uniform(0.5, 2.0, n) for _ in range(3))
+    cases = [
+        ([x, y, z], x * (y * z), [xv, yv, zv], [xv[i] * (yv[i] * zv[i]) for i in range(n)]),
+        ([x, y], pt.exp(x) * pt.exp(y), [xv, yv], [math.exp(xv[i]) * math.exp(yv[i]) for i in range(n)]),
+    ]
+    for k, (ins, p, vals, thresholds) in enumerate(cases):
+        bv = np.array(thresholds)
+        outs = [pt.eq(p, b), pytensor.grad(pt.minimum(p, b).sum(), ins[0])]
+        eq, grad = compile_fn(ins + [b], outs, "policy_as_written", cache_key=("scale", k))(*vals, bv)
+        assert eq.all(), f"case {k}: {n - eq.sum()} flips"
+        assert (grad != 0).all()
+        eq_default, _ = compile_fn(ins + [b], outs, "policy_default", cache_key=("scale", k))(*vals, bv)
+        assert (~eq_default).sum() > n // 10  # what the rewrites do without the setting
+
+
+def test_nested_decisions_read_earlier_results_and_self_comparisons_stay():
+    x, y, b = pt.vectors("x", "y", "b")
+    p = x * y * 3.0
+    m = pt.minimum(p, b)
+    outs = [pt.eq(m, p), pt.eq(x, x), m]
+    fn = compile_fn([x, y, b], outs, "policy_as_written", cache_key="nested")
+    nodes = frozen(fn)
+    labels = sorted(n.op.label for n in nodes)
+    assert labels == ["Eq", "Eq", "Minimum"], labels
+    [eq_node] = [n for n in nodes if n.op.label == "Eq" and n.op.cone_size > 0]
+    assert any(isinstance(i.owner.op, AsWritten) for i in eq_node.inputs if i.owner)  # reads minimum's result
+    xv = np.array([1.0, np.nan, 0.5])
+    yv = np.array([2.0, 1.0, 3.0])
+    bv = np.array([(1.0 * 2.0) * 3.0, 1.0, -1.0])
+    ref = compile_fn([x, y, b], outs, "unoptimized_strict", cache_key="nested")(xv, yv, bv)
+    res = fn(xv, yv, bv)
+    for r, e in zip(res, ref, strict=True):
+        assert_same_bits(r, e)
+    assert not res[1][1]  # eq(nan, nan) is False as written (a rewrite folds eq(x, x) to True)
+
+
+def test_random_draws_and_inputs_end_cones():
+    x, b = pt.vectors("x", "b")
+    rng = pytensor.shared(np.random.default_rng(3))
+    r = pt.random.normal(0, 1, size=x.shape, rng=rng)
+    outs = [pt.le(r * x + 1.0, b), r]
+    fn = compile_fn([x, b], outs, "policy_as_written", cache_key="rv")
+    [node] = frozen(fn)
+    assert not any(isinstance(n.op, RandomVariable) for n in node.op.fgraph.toposort())
+    draws = [n for n in fn.maker.fgraph.toposort() if "normal" in str(n.op).lower()]
+    assert len(draws) == 1, draws
+    xv = np.linspace(0.5, 2.0, 50)
+    le, draws = fn(xv, np.zeros(50))
+    np.testing.assert_array_equal(le, draws * xv + 1.0 <= 0.0)  # the same draw on both sides
+
+
+def test_condition_inputs_and_container_inputs_are_frozen_and_the_node_stays():
+    x, y = pt.vectors("x", "y")
+    X = pt.matrix("X")
+    checked = Assert("x*y must be nonzero")(x, (x * y).sum())  # a float condition, cast to bool
+    outs = [checked * 2.0, pt.logsumexp(X * 0.5, axis=1), pytensor.grad(pt.logsumexp(X * 0.5, axis=1).sum(), X)]
+    fn = compile_fn([x, y, X], outs, "policy_as_written", cache_key="inputs")
+    kinds = sorted((n.op.kind, n.op.label.split(" of ")[-1].split("{")[0]) for n in frozen(fn))
+    assert kinds == [("decision", "Cast"), ("inputs", "LogSumExp")], kinds
+    assert any(isinstance(n.op, Assert) for n in fn.maker.fgraph.toposort())
+    vals = [np.linspace(0.5, 2, 6), np.linspace(1, 2, 6), np.linspace(-3, 3, 12).reshape(3, 4)]
+    ref = compile_fn([x, y, X], outs, "unoptimized_strict", cache_key="inputs")(*vals)
+    for r, e in zip(fn(*vals), ref, strict=True):
+        np.testing.assert_allclose(r, e, rtol=1e-12)
+    with pytest.raises(AssertionError, match="nonzero"):
+        fn(np.zeros(6), *vals[1:])
+
+
+def test_default_policy_freezes_nothing():
+    assert not frozen(seed_fn("policy_default"))
+
+
+def test_shapes_are_inferred_through_the_frozen_op():
+    x, b = pt.vectors("x", "b")
+    m = pt.minimum(x * x * 2.0, b)
+    fn = compile_fn([x, b], m.shape, "policy_as_written", cache_key="shape")
+    assert not frozen(fn)  # the shape comes from the inputs; the copy is never computed
+    np.testing.assert_array_equal(fn(np.ones(5), np.ones(5)), [5])
+
+
+def test_pickled_function_and_cache_key():
+    fn = maintainer_fn("policy_as_written")
+    [node] = frozen(fn)
+    op = node.op
+    assert pickle.loads(pickle.dumps(op)) == op
+    _, key = numba_funcify_and_cache_key(op, node=node)
+    assert isinstance(key, str)
+    again = pickle.loads(pickle.dumps(fn))
+    np.testing.assert_array_equal(again(AV, CV, MAINT_BV), fn(AV, CV, MAINT_BV))
+
+
+def test_other_linkers_run_the_inner_graph():
+    a, c, b = pt.vectors("a", "c", "b")
+    ga = pytensor.grad(pt.minimum(pt.exp(a) * pt.exp(c), b).sum(), a)
+    mode = Mode(linker="cvm", optimizer="fast_run").register((AsWrittenPass("as_written"), -0.005))
+    fn = pytensor.function([a, c, b], ga, mode=mode)
+    assert frozen(fn)
+    np.testing.assert_allclose(fn(AV, CV, MAINT_BV), [MAINT_EXPECTED], rtol=1e-6)
+
+
+def test_explain_and_log_show_the_frozen_copies(caplog):
+    report = ptnumba_codegen.explain(maintainer_fn("policy_as_written"))
+    assert "== as-written copy of Le: 3 op(s) in its cone (exp, exp, mul), reads a, c, b" in report
+    assert "why: [comparison] as_written in policy as_written" in report
+    assert "[policy strict (as written, as_written)]" in report
+    assert "1 as-written copy" in report
+    x, b = pt.vectors("x", "b")
+    with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):
+        pytensor.function([x, b], pt.le(x * 3.0, b), mode=ptnumba_codegen.policy_mode("as_written"))
+    assert "policy as_written: 1 decision(s) kept as written (2 ops in their cones)" in caplog.text  # ExpandDims(3.0), Mul
