@@ -37,7 +37,7 @@ from pytensor.graph.fg import FrozenFunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 from ptnumba_codegen.as_written_op import REASON, AsWritten
-from ptnumba_codegen.decisions import decision_rule, is_float, leaf_reason
+from ptnumba_codegen.decisions import INNER_GRAPH_OPS, decision_rule, is_computed, is_float, leaf_reason
 from ptnumba_codegen.policy import Policy, load_policy
 
 log = logging.getLogger("ptnumba_codegen")
@@ -65,13 +65,7 @@ class AsWrittenPass(GraphRewriter):
         policy = load_policy(self.policy)
         if not policy.as_written:
             return
-        frozen = []
-        for node in fgraph.toposort():
-            if node not in fgraph.apply_nodes:
-                continue  # an earlier replacement pruned it
-            new = freeze(fgraph, node, policy)
-            if new is not None:
-                frozen.append(new)
+        frozen = freeze_graph(fgraph, policy)
         if frozen and log.isEnabledFor(logging.INFO):
             log.info("%s", summarize(frozen, policy))
 
@@ -115,6 +109,22 @@ def cone_leaves(roots) -> tuple[list, set]:
     return leaves, seen
 
 
+def freeze_graph(fgraph, policy: Policy) -> list:
+    """Freeze every decision of ``fgraph`` (in place); the new `AsWritten` nodes, inner
+    graphs' included."""
+    fgraph.attach_feature(ReplaceValidate())
+    frozen = []
+    for node in fgraph.toposort():
+        if node not in fgraph.apply_nodes:
+            continue  # an earlier replacement pruned it
+        if isinstance(node.op, INNER_GRAPH_OPS):
+            node = _freeze_inner_graph(fgraph, node, policy, frozen)
+        new = freeze(fgraph, node, policy)
+        if new is not None:
+            frozen.append(new)
+    return frozen
+
+
 def freeze(fgraph, node, policy: Policy):
     """Freeze ``node``'s decision (or its decision inputs) if it needs it; the new node or None."""
     rule = decision_rule(node)
@@ -122,13 +132,27 @@ def freeze(fgraph, node, policy: Policy):
         return None
     kind, positions = rule
     roots = [node.inputs[p] for p in positions if is_float(node.inputs[p])]
-    computed = [v for v in roots if not isinstance(v, Constant) and not is_leaf(v)]
+    computed = [v for v in roots if is_computed(v)]
     self_compared = kind == "node" and len(set(roots)) < len(roots)
     if not computed and not self_compared:
         return None
     if kind == "node":
         return _freeze_node(fgraph, node, roots, policy)
     return _freeze_inputs(fgraph, node, positions, computed, policy)
+
+
+def _freeze_inner_graph(fgraph, node, policy, frozen: list):
+    """Freeze the decisions inside a container's inner graph; the (possibly new) node."""
+    inner = node.op.fgraph.unfreeze()
+    found = freeze_graph(inner, policy)
+    if not found:
+        return node
+    frozen.extend(found)
+    new = node.op.clone_with_inner_graph(inner).make_node(*node.inputs)
+    for old, out in zip(node.outputs, new.outputs, strict=True):
+        out.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
+    return new
 
 
 def _freeze_node(fgraph, node, roots, policy):

@@ -9,9 +9,17 @@ go to the generator under the ``strict`` policy (per op bit-identical to the sto
 kernels, see tests/test_codegen.py) and every other node to the stock numba
 implementation under ``numba__fastmath=False``.
 
-What an inner graph does *not* get: canonicalization, stabilization, specialization,
-constant folding (numpy, not libm), ``local_add_mul_fusion`` (which turns ``x*(y*z)`` into
-``mul(x, y, z)``) and every other ``fast_run`` rewrite.
+One guarded rewrite (`add_overflow_guards`): where PyTensor's ``stabilize`` rewrites would
+change a decision input's cone (``log(1 + exp(x))`` to ``softplus(x)``,
+``log(sum(exp(x)))`` to the max trick, ...), the decision reads
+``switch(isfinite(w), w, s)``: the as-written value ``w`` wherever it is finite, the
+stabilized ``s`` only where ``w`` overflowed to inf or became NaN. So decisions equal the
+reference wherever the reference's inputs are finite, and naive forms keep working at
+extreme inputs.
+
+What an inner graph does *not* get: canonicalization, specialization, unguarded
+stabilization, constant folding (numpy, not libm), ``local_add_mul_fusion`` (which turns
+``x*(y*z)`` into ``mul(x, y, z)``) and every other ``fast_run`` rewrite.
 """
 
 from __future__ import annotations
@@ -22,17 +30,23 @@ from functools import cache
 from pytensor import config
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
-from pytensor.compile.mode import Mode
+from pytensor.compile.mode import Mode, optdb
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.replace import clone_replace
+from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter, node_rewriter
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     register_funcify_and_cache_key,
 )
 from pytensor.scalar.basic import ScalarOp
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
 from ptnumba_codegen.as_written_op import AsWritten
+from ptnumba_codegen.decisions import EXACT_OPS, decision_rule, is_float
 from ptnumba_codegen.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.rewrite import POSITION, TAG, PolicyCodegen
@@ -41,11 +55,21 @@ from ptnumba_codegen.rewrite import POSITION, TAG, PolicyCodegen
 # accumulation order is left to the stock kernel, which the reference runs).
 GENERATED_KINDS = (Elemwise, ScalarizedElemwise, ScalarOp)
 
+@node_rewriter(list(EXACT_OPS))
+def fold_exact_constants(fgraph, node):
+    """Constant-fold an op that only moves values (``ExpandDims(2.0)``): no arithmetic."""
+    return unconditional_constant_folding.fn(fgraph, node)
+
+
 # rewrite -> why it keeps every value bit for bit (besides the reference's own rewrites)
 INNER_REWRITES = {
+    "merge": "computes identical subexpressions once: the same ops on the same inputs",
+    "fold_exact_constants": "folds ops that only move values (ExpandDims, Reshape, ...) "
+    "of constants; no arithmetic is evaluated",
     "composite_elemwise_fusion": "fuses chains of Elemwise nodes into one Composite loop; "
     "each scalar op keeps its inputs, dtype and place, only intermediate arrays disappear",
 }
+MERGE_POSITION = 0
 FUSION_POSITION = 49  # where fast_run fuses: after the reference's early rewrites
 
 
@@ -62,10 +86,73 @@ def inner_mode(policy: Policy) -> Mode:
         Mode(linker="numba", optimizer=None)
         .excluding(TAG)  # never the policy's own rewrites (no as-written pass inside)
         .register(
+            (MergeOptimizer(), MERGE_POSITION),
+            (dfs_rewriter(fold_exact_constants), MERGE_POSITION + 0.01),
             (FusionOptimizer(), FUSION_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS), POSITION),
         )
     )
+
+
+def _op_counts(graph) -> dict:
+    """How often each computing op (class, scalar op class) occurs: what stabilize changes."""
+    counts: dict = {}
+    for node in graph.toposort():
+        if isinstance(node.op, EXACT_OPS):
+            continue
+        key = (type(node.op).__name__, type(getattr(node.op, "scalar_op", None)).__name__)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@cache
+def _rewriters():
+    return (
+        optdb.query(RewriteDatabaseQuery(include=["ShapeOpt", "canonicalize"])),
+        optdb.query(RewriteDatabaseQuery(include=["stabilize"])),
+    )
+
+
+def stabilized(inputs, var):
+    """``var`` as PyTensor's stabilize rewrites compute it, or None if they change nothing."""
+    canonicalize, stabilize = _rewriters()
+    fg = FunctionGraph(list(inputs), [var], clone=True)
+    canonicalize.rewrite(fg)
+    before = _op_counts(fg)
+    stabilize.rewrite(fg)
+    if _op_counts(fg) == before:
+        return None
+    [out] = clone_replace(fg.outputs, replace=dict(zip(fg.inputs, inputs, strict=True)))
+    return out
+
+
+def add_overflow_guards(op: AsWritten, graph) -> int:
+    """Guard every decision input (every output, for ``kind="inputs"``) whose cone stabilize
+    would change: ``switch(isfinite(w), w, stabilized w)``. The number of guards added."""
+    import pytensor.tensor as pt
+
+    if op.kind == "decision":
+        node = graph.outputs[0].owner
+        rule = decision_rule(node)
+        targets = [(node, p) for p in (rule[1] if rule else ()) if is_float(node.inputs[p])]
+        values = [node.inputs[p] for _, p in targets]
+    else:
+        targets = [("output", k) for k, o in enumerate(graph.outputs) if is_float(o)]
+        values = [graph.outputs[k] for _, k in targets]
+    added = 0
+    for (where, position), var in zip(targets, values, strict=True):
+        if var.owner is None:
+            continue
+        stable = stabilized(graph.inputs, var)
+        if stable is None:
+            continue
+        guarded = pt.switch(pt.isfinite(var), var, stable)
+        if where == "output":
+            graph.replace(var, guarded, reason="as_written_overflow_guard", import_missing=True)
+        else:
+            graph.change_node_input(where, position, guarded, reason="as_written_overflow_guard")
+        added += 1
+    return added
 
 
 def lowering_graph(op: AsWritten):
@@ -73,6 +160,7 @@ def lowering_graph(op: AsWritten):
     graph = getattr(op, "_lowering", None)
     if graph is None:
         graph = op.fgraph.unfreeze()
+        op._guards = add_overflow_guards(op, graph)
         specs = [In(x, borrow=True, mutable=False) for x in graph.inputs]
         add_supervisor_to_fgraph(fgraph=graph, input_specs=specs, accept_inplace=True)
         inner_mode(op.policy).optimizer.rewrite(graph)

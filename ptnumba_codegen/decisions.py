@@ -13,29 +13,35 @@ Two tables say what the pass does with a node:
   change how the decision is computed.
 * `FREEZE_INPUTS`: only the cones of the decision inputs are replaced (by an `AsWritten`
   op computing those values); the node stays. For ops that are not a value computation
-  (``CheckAndRaise`` raises, ``IfElse`` picks a branch) and for containers whose own
-  inner graph is compiled by the same mode, so the pass freezes the decisions inside it
-  when the inner graph is compiled (OpFromGraph, Scan).
+  (``CheckAndRaise`` raises, ``IfElse`` picks a branch) and for the containers in
+  `INNER_GRAPH_OPS` (OpFromGraph, Scan), whose inner graphs the pass freezes too.
 
 A cone runs backwards from the decision inputs and stops at *leaves* (`leaf_reason`): graph
 inputs (shared variables included), constants, and the outputs of the ops in `LEAF_RULES`.
+A decision input is *computed* (`is_computed`) when its cone holds an op that a rewrite
+could compute differently: the ops in `EXACT_OPS` only move values, and a single decision
+op (min/max, clip, switch, rounding, a Max reduction) of uncomputed inputs is exact too.
 """
 
 from __future__ import annotations
 
 from functools import cache
 
+import pytensor.tensor.basic as ptb
+import pytensor.tensor.subtensor as ptsub
 from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.ops import DeepCopyOp, ViewOp
 from pytensor.conditional.op import IfElse
 from pytensor.graph.basic import Constant
 from pytensor.raise_op import CheckAndRaise
-from pytensor.scalar.basic import Maximum, Minimum, ScalarOp
+from pytensor.scalar.basic import Composite, Maximum, Minimum, ScalarOp
 from pytensor.scan.op import Scan
 from pytensor.tensor.blockwise import Blockwise
-from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.extra_ops import SearchsortedOp, Unique
 from pytensor.tensor.math import Argmax
 from pytensor.tensor.random.op import RandomVariable
+from pytensor.tensor.shape import Reshape, SpecifyShape
 from pytensor.tensor.sort import ArgSortOp, SortOp
 
 from ptnumba_codegen.analysis import ALL, DECISION_INPUTS, sensitive_inputs
@@ -95,8 +101,13 @@ def _inner_graph(node) -> tuple[int, ...]:
 
 def _scan(node) -> tuple[int, ...]:
     # The inner inputs map to the outer ones through taps; any inner decision makes every
-    # outer float input a decision input (conservative).
-    return tuple(range(1, len(node.inputs))) if inner_decision_inputs(node.op.fgraph) else ()
+    # sequence and non-sequence a decision input (conservative). Initial states are not:
+    # scan's memory rewrites must see how their buffers are built.
+    if not inner_decision_inputs(node.op.fgraph):
+        return ()
+    n = len(node.inputs)
+    seqs = range(1, 1 + node.op.info.n_seqs)
+    return (*seqs, *range(n - node.op.info.n_non_seqs, n))
 
 
 # op class -> the node's decision inputs; the node is frozen with their cones.
@@ -118,6 +129,10 @@ FREEZE_INPUTS = {
     OpFromGraph: _inner_graph,  # Softmax, LogSumExp, ...: the inputs reaching inner decisions
     Scan: _scan,
 }
+
+# containers whose inner graph the pass freezes as well (before scan's rewrites move nodes
+# in or out of it, and before symbolic ops such as LogSumExp are inlined)
+INNER_GRAPH_OPS = (OpFromGraph, Scan)
 
 
 def _lookup(table, op):
@@ -205,11 +220,73 @@ LEAF_RULES = {
 }
 
 
+# ops that only move, broadcast or select values: a cone made of these alone is not computed
+EXACT_OPS = (
+    DimShuffle,
+    Reshape,
+    SpecifyShape,
+    ptsub.Subtensor,
+    ptsub.AdvancedSubtensor,
+    ptb.Alloc,
+    ptb.Join,
+    ptb.Split,
+    ptb.MakeVector,
+    ptb.TensorFromScalar,
+    ptb.ScalarFromTensor,
+    DeepCopyOp,
+    ViewOp,
+)
+
+
+def _exact(node) -> bool:
+    """Moves values, or is one decision op: exact when its float inputs are."""
+    op = node.op
+    if isinstance(op, EXACT_OPS):
+        return True
+    if isinstance(op, Elemwise) and isinstance(op.scalar_op, Composite):
+        return False
+    rule = _lookup(FREEZE_NODE, op)
+    return rule is not None and bool(rule(node))
+
+
+def is_computed(var) -> bool:
+    """Whether an op a rewrite could compute differently is in ``var``'s cone."""
+    stack, seen = [var], set()
+    while stack:
+        v = stack.pop()
+        if v in seen or isinstance(v, Constant) or leaf_reason(v) is not None:
+            continue
+        seen.add(v)
+        if not _exact(v.owner):
+            return True
+        stack.extend(i for i in v.owner.inputs if is_float(i))
+    return False
+
+
+def _from_constants(var) -> bool:
+    """Computed from constants only (``ExpandDims(1)``): kept in the cone, as a constant."""
+    stack, seen = [var], set()
+    while stack:
+        v = stack.pop()
+        if v in seen or isinstance(v, Constant):
+            continue
+        seen.add(v)
+        if v.owner is None:
+            return False
+        stack.extend(v.owner.inputs)
+    return True
+
+
 def leaf_reason(var) -> str | None:
     """Why ``var`` ends a cone (it is read, not recomputed), or None if it is recomputed."""
     node = var.owner
     if node is None:
         return "a graph input" if not isinstance(var, Constant) else "a constant"
+    if not is_float(var) and not _from_constants(var):
+        return (
+            "an integer or boolean: exact arithmetic, and every step from a float to one "
+            "is a decision of its own"
+        )
     if node.op.destroy_map:
         return "updates an input in place"
     if not all(hasattr(o.type, "dtype") for o in node.outputs):

@@ -35,7 +35,8 @@ def _inner_graphs(fgraph):
         if is_as_written(node.op):
             from ptnumba_codegen.as_written_lowering import lowering_graph
 
-            yield _as_written_label(node), lowering_graph(node.op)
+            graph = lowering_graph(node.op)
+            yield _as_written_label(node), graph
             continue
         inner = getattr(node.op, "fgraph", None)
         if inner is not None and hasattr(inner, "toposort"):
@@ -51,10 +52,14 @@ def _as_written_label(node) -> str:
         ops = ops[:-1]
     what = f"as-written copy of {op.label}" if op.kind == "decision" else f"as-written {op.label}"
     reads = ", ".join(v.name or str(v) for v in node.inputs) or "constants only"
-    return (
+    text = (
         f"{what}: {op.cone_size} op(s) in its cone ({', '.join(ops) or 'none'}), reads {reads}; "
         f"why: [comparison] as_written in policy {op.policy.name}"
     )
+    guards = getattr(op, "_guards", 0)
+    if guards:
+        text += f"; {guards} overflow guard(s): the stabilized form where the as-written value is not finite"
+    return text
 
 
 def explain_node(node) -> list[str]:

@@ -8,6 +8,7 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import assert_no_fallback, compile_fn
+from ptnumba_codegen.as_written_op import AsWritten
 
 ROWS = np.array(
     [
@@ -34,7 +35,13 @@ def graphs():
         "sigmoid": ([x], [pt.sigmoid(x), pytensor.grad(pt.sigmoid(x).sum(), x)], [flat]),
         "log1mexp": ([x], [pt.log1mexp(x), pytensor.grad(pt.log1mexp(x).sum(), x)], [neg]),
         "logaddexp": ([a, b], [pt.logaddexp(a, b), *pytensor.grad(pt.logaddexp(a, b).sum(), [a, b])], [ROWS[:, 0], ROWS[:, 1]]),
+        # decisions on computed values: as written, these are frozen copies
+        "logsumexp_scaled": ([X], [pt.logsumexp(X * 0.5, axis=1), pytensor.grad(pt.logsumexp(X * 0.5, axis=1).sum(), X)], [ROWS]),
+        "naive_softplus_max": ([x], [pt.maximum(pt.log(1 + pt.exp(x)), 0.5), pytensor.grad(pt.maximum(pt.log(1 + pt.exp(x)), 0.5).sum(), x)], [flat]),
     }
+
+
+FROZEN = {"logsumexp_scaled", "naive_softplus_max"}
 
 
 GRAPHS = graphs()
@@ -49,6 +56,8 @@ def test_extremes_match_c_backend(name, backend):
         fn = compile_fn(ins, outs, backend, cache_key=("extreme", name))
         res = fn(*vals)
     assert_no_fallback(fn)
+    if backend == "policy_as_written" and name in FROZEN:
+        assert any(isinstance(n.op, AsWritten) for n in fn.maker.fgraph.toposort())
     for k, (r, e) in enumerate(zip(res, ref, strict=True)):
         r, e = np.asarray(r), np.asarray(e)
         label = f"{name} output {k}: {r} vs C {e}"
