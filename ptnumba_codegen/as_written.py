@@ -16,8 +16,15 @@ before ``merge1`` and ``canonicalize``. For every deciding node (the tables of
    replace the node and that cone by one `AsWritten` node reading the leaves
    (``FREEZE_NODE``), or only the cone values the node reads (``FREEZE_INPUTS``).
 
-The `AsWritten` node is opaque to every rewrite; its inner graph is compiled with IEEE
-arithmetic and libm (`ptnumba_codegen.as_written_lowering`). The original cone stays in
+The `AsWritten` node is opaque to every rewrite. Once the rewrites that change values are
+done (canonicalize, stabilize, specialize, ``local_add_mul_fusion``: everything before
+position 48.95), `InlineAsWritten` puts each copy whose cone is elementwise back into the
+graph as written (with its overflow guards, `ptnumba_codegen.as_written_guards`): from
+there on only value-preserving rewrites run (elementwise fusion, merge, inplace), the copy
+fuses with its neighbours into the same kernels, and the policy compiles it strictly (it is
+in a decision's cone) and with scalar libm. Copies holding other ops (reductions, ``Dot``,
+``Scan``, ...), or under a policy whose ``comparison_sensitive`` class has flags, stay
+opaque and are compiled on their own (`ptnumba_codegen.as_written_lowering`). The original cone stays in
 the graph for whatever else reads it and is rewritten and fused as usual, so a value that
 feeds both a decision and other math is computed twice: once as written for the decision,
 once fast for the rest. A decision whose decision inputs are all leaves is left alone:
@@ -34,10 +41,21 @@ import logging
 from pytensor.graph.basic import Constant
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.fg import FrozenFunctionGraph
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.rewriting.basic import GraphRewriter
+from pytensor.tensor.elemwise import Elemwise
 
+from ptnumba_codegen.as_written_guards import add_overflow_guards
 from ptnumba_codegen.as_written_op import REASON, AsWritten
-from ptnumba_codegen.decisions import INNER_GRAPH_OPS, decision_rule, is_computed, is_float, leaf_reason
+from ptnumba_codegen.decisions import (
+    EXACT_OPS,
+    INNER_GRAPH_OPS,
+    decision_rule,
+    is_computed,
+    is_float,
+    leaf_reason,
+)
+from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.policy import Policy, load_policy
 
 log = logging.getLogger("ptnumba_codegen")
@@ -45,6 +63,13 @@ log = logging.getLogger("ptnumba_codegen")
 # After inline_ofg_expansion (-0.01: inlined OpFromGraphs are part of the graph as written),
 # before merge1 (0) and everything else.
 POSITION = -0.005
+# After add_mul_fusion (48) and introduce_lazy_ifelse (48.9), before elemwise fusion (49):
+# every later rewrite keeps values (fusion, merge, inplace, the numba loop fusions).
+INLINE_POSITION = 48.95
+# node types an inlined copy may hold: kernels the policy classifies, and value moves that
+# the whole-graph sensitivity analysis sees through (graph_analysis.TRANSPARENT_OPS)
+INLINABLE_OPS = (Elemwise, *EXACT_OPS)
+INLINED_ATTR = "_ptnumba_as_written_inlined"  # on the function graph: what explain lists
 
 
 class AsWrittenPass(GraphRewriter):
@@ -71,6 +96,52 @@ class AsWrittenPass(GraphRewriter):
 
     def __str__(self):
         return f"AsWrittenPass({self.policy!r})"
+
+
+class InlineAsWritten(GraphRewriter):
+    """Put every elementwise `AsWritten` copy back into the graph, as written (see above)."""
+
+    def add_requirements(self, fgraph):
+        fgraph.attach_feature(ReplaceValidate())
+
+    def apply(self, fgraph):
+        inlined = getattr(fgraph, INLINED_ATTR, [])
+        for node in fgraph.toposort():
+            if isinstance(node.op, AsWritten) and node in fgraph.apply_nodes and strict_cones(node.op.policy):
+                record = inline(fgraph, node)
+                if record is not None:
+                    inlined.append(record)
+        if inlined:
+            setattr(fgraph, INLINED_ATTR, inlined)
+            log.info("policy %s: %d as-written cop(ies) inlined into the kernels", inlined[0][0], len(inlined))
+
+    def __str__(self):
+        return "InlineAsWritten"
+
+
+def strict_cones(policy: Policy) -> bool:
+    """Whether the policy compiles decision cones without flags (then inlining is exact)."""
+    if policy.classes[COMPARISON_SENSITIVE].flags:
+        return False
+    return not any(rule.apply_in_comparison_cone and rule.flags for rule in policy.ops.values())
+
+
+def inline(fgraph, node):
+    """Replace an elementwise `AsWritten` node by its guarded inner graph; a record for
+    explain (policy name, label, cone size, guards, reads) or None if it stays opaque."""
+    op = node.op
+    if not all(isinstance(n.op, INLINABLE_OPS) for n in op.fgraph.toposort()):
+        return None
+    graph = op.fgraph.unfreeze()
+    guards = add_overflow_guards(graph, op.kind)
+    if not all(isinstance(n.op, INLINABLE_OPS) for n in graph.toposort()):
+        return None  # a guard brought in a non-elementwise stable form
+    outs = clone_replace(list(graph.outputs), replace=dict(zip(graph.inputs, node.inputs, strict=True)))
+    for old, new in zip(node.outputs, outs, strict=True):
+        new.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, outs, strict=True)), reason="as_written_inline")
+    reads = tuple(v.name or str(v) for v in node.inputs)
+    return (op.policy.name, op.label, op.kind, op.cone_size, guards, reads)
 
 
 def summarize(nodes, policy) -> str:

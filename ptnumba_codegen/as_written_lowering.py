@@ -9,13 +9,8 @@ go to the generator under the ``strict`` policy (per op bit-identical to the sto
 kernels, see tests/test_codegen.py) and every other node to the stock numba
 implementation under ``numba__fastmath=False``.
 
-One guarded rewrite (`add_overflow_guards`): where PyTensor's ``stabilize`` rewrites would
-change a decision input's cone (``log(1 + exp(x))`` to ``softplus(x)``,
-``log(sum(exp(x)))`` to the max trick, ...), the decision reads
-``switch(isfinite(w), w, s)``: the as-written value ``w`` wherever it is finite, the
-stabilized ``s`` only where ``w`` overflowed to inf or became NaN. So decisions equal the
-reference wherever the reference's inputs are finite, and naive forms keep working at
-extreme inputs.
+Plus the overflow guards of `ptnumba_codegen.as_written_guards` (the stabilized form of a
+decision input only where its as-written value is not finite).
 
 What an inner graph does *not* get: canonicalization, specialization, unguarded
 stabilization, constant folding (numpy, not libm), ``local_add_mul_fusion`` (which turns
@@ -30,11 +25,8 @@ from functools import cache
 from pytensor import config
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
-from pytensor.compile.mode import Mode, optdb
-from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.replace import clone_replace
+from pytensor.compile.mode import Mode
 from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter, node_rewriter
-from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     register_funcify_and_cache_key,
@@ -45,8 +37,9 @@ from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
+from ptnumba_codegen.as_written_guards import add_overflow_guards
 from ptnumba_codegen.as_written_op import AsWritten
-from ptnumba_codegen.decisions import EXACT_OPS, decision_rule, is_float
+from ptnumba_codegen.decisions import EXACT_OPS
 from ptnumba_codegen.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.rewrite import POSITION, TAG, PolicyCodegen
@@ -94,73 +87,12 @@ def inner_mode(policy: Policy) -> Mode:
     )
 
 
-def _op_counts(graph) -> dict:
-    """How often each computing op (class, scalar op class) occurs: what stabilize changes."""
-    counts: dict = {}
-    for node in graph.toposort():
-        if isinstance(node.op, EXACT_OPS):
-            continue
-        key = (type(node.op).__name__, type(getattr(node.op, "scalar_op", None)).__name__)
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-@cache
-def _rewriters():
-    return (
-        optdb.query(RewriteDatabaseQuery(include=["ShapeOpt", "canonicalize"])),
-        optdb.query(RewriteDatabaseQuery(include=["stabilize"])),
-    )
-
-
-def stabilized(inputs, var):
-    """``var`` as PyTensor's stabilize rewrites compute it, or None if they change nothing."""
-    canonicalize, stabilize = _rewriters()
-    fg = FunctionGraph(list(inputs), [var], clone=True)
-    canonicalize.rewrite(fg)
-    before = _op_counts(fg)
-    stabilize.rewrite(fg)
-    if _op_counts(fg) == before:
-        return None
-    [out] = clone_replace(fg.outputs, replace=dict(zip(fg.inputs, inputs, strict=True)))
-    return out
-
-
-def add_overflow_guards(op: AsWritten, graph) -> int:
-    """Guard every decision input (every output, for ``kind="inputs"``) whose cone stabilize
-    would change: ``switch(isfinite(w), w, stabilized w)``. The number of guards added."""
-    import pytensor.tensor as pt
-
-    if op.kind == "decision":
-        node = graph.outputs[0].owner
-        rule = decision_rule(node)
-        targets = [(node, p) for p in (rule[1] if rule else ()) if is_float(node.inputs[p])]
-        values = [node.inputs[p] for _, p in targets]
-    else:
-        targets = [("output", k) for k, o in enumerate(graph.outputs) if is_float(o)]
-        values = [graph.outputs[k] for _, k in targets]
-    added = 0
-    for (where, position), var in zip(targets, values, strict=True):
-        if var.owner is None:
-            continue
-        stable = stabilized(graph.inputs, var)
-        if stable is None:
-            continue
-        guarded = pt.switch(pt.isfinite(var), var, stable)
-        if where == "output":
-            graph.replace(var, guarded, reason="as_written_overflow_guard", import_missing=True)
-        else:
-            graph.change_node_input(where, position, guarded, reason="as_written_overflow_guard")
-        added += 1
-    return added
-
-
 def lowering_graph(op: AsWritten):
     """The inner graph as compiled (memoized on the op; not part of its identity)."""
     graph = getattr(op, "_lowering", None)
     if graph is None:
         graph = op.fgraph.unfreeze()
-        op._guards = add_overflow_guards(op, graph)
+        op._guards = add_overflow_guards(graph, op.kind)
         specs = [In(x, borrow=True, mutable=False) for x in graph.inputs]
         add_supervisor_to_fgraph(fgraph=graph, input_specs=specs, accept_inplace=True)
         inner_mode(op.policy).optimizer.rewrite(graph)

@@ -25,6 +25,24 @@ def _fmt_flags(flags) -> str:
     return "{" + ", ".join(flags) + "}" if flags else "{} (strict)"
 
 
+def _inlined_lines(fgraph) -> list[str]:
+    """One line per as-written copy the inline pass put back into the kernels of ``fgraph``."""
+    from ptnumba_codegen.as_written import INLINED_ATTR
+
+    lines = []
+    for policy, label, kind, size, guards, reads in getattr(fgraph, INLINED_ATTR, ()):
+        what = f"as-written copy of {label}" if kind == "decision" else f"as-written {label}"
+        line = (
+            f"== {what}: {size} op(s) in its cone, reads {', '.join(reads) or 'constants only'}; "
+            f"inlined into the kernels below (strict there: it is in a decision's cone); "
+            f"why: [comparison] as_written in policy {policy}"
+        )
+        if guards:
+            line += f"; {guards} overflow guard(s)"
+        lines.append(line)
+    return lines
+
+
 def _inner_graphs(fgraph):
     """(label, fgraph) for the function graph and every inner graph (Scan, OpFromGraph,
     AsWritten: the graph it is compiled from)."""
@@ -105,6 +123,11 @@ def explain(fn, ir: bool = False) -> str:
         nodes = [n for n in graph.toposort() if is_policy_op(n.op)]
         copy = label.startswith("as-written")
         counts["as_written"] += copy
+        inlined = _inlined_lines(graph)
+        counts["as_written"] += len(inlined)
+        if inlined and label:
+            out.append(f"== {label}")
+        out.extend(inlined)
         if not nodes and not copy:
             continue
         if label:

@@ -1,10 +1,11 @@
 """The graph rewrites of a policy, their registration, and the modes.
 
-Two rewrites, both selected by the ``policy_codegen`` tag:
+Three rewrites, all selected by the ``policy_codegen`` tag:
 
 | name | position | job |
 |---|---|---|
 | ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written`) |
+| ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
 | ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator |
 """
 
@@ -17,8 +18,8 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
+from ptnumba_codegen.as_written import INLINE_POSITION, AsWrittenPass, InlineAsWritten
 from ptnumba_codegen.as_written import POSITION as AS_WRITTEN_POSITION
-from ptnumba_codegen.as_written import AsWrittenPass
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
@@ -29,6 +30,7 @@ log = logging.getLogger("ptnumba_codegen")
 TAG = "policy_codegen"  # the tag selecting both rewrites
 KERNELS_NAME = "policy_kernels"
 AS_WRITTEN_NAME = "policy_as_written"
+INLINE_NAME = "policy_as_written_inline"
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
 POSITION = 100.5
 
@@ -94,18 +96,21 @@ def summarize(nodes, policy) -> str:
 
 # Registered under the policy_codegen tag only (not fast_run, not numba).
 optdb.register(AS_WRITTEN_NAME, AsWrittenPass(), TAG, position=AS_WRITTEN_POSITION)
+optdb.register(INLINE_NAME, InlineAsWritten(), TAG, position=INLINE_POSITION)
 optdb.register(KERNELS_NAME, PolicyCodegen(), TAG, position=POSITION)
-REGISTERED = (AS_WRITTEN_NAME, KERNELS_NAME)
+REGISTERED = (AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME)
 
 
 def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
     """A numba Mode whose kernels are generated under ``policy``.
 
-    ``policy`` is a preset name (``default``, ``strict``, ``fast``), a path to a TOML file,
-    a loaded `Policy`, or ``None`` for the process default. The policy is loaded (and
+    ``policy`` is a preset name (``default``, ``strict``, ``fast``, ``as_written``), a path
+    to a TOML file, a loaded `Policy`, or ``None`` for the process default. The policy is loaded (and
     validated) now, before anything is compiled.
     """
     resolved = load_policy(policy)
     return Mode(linker="numba", optimizer=optimizer).register(
-        (AsWrittenPass(resolved), AS_WRITTEN_POSITION), (PolicyCodegen(resolved), POSITION)
+        (AsWrittenPass(resolved), AS_WRITTEN_POSITION),
+        (InlineAsWritten(), INLINE_POSITION),
+        (PolicyCodegen(resolved), POSITION),
     )

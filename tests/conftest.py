@@ -18,7 +18,7 @@ from ptnumba_codegen.ops import is_policy_op
 
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
-BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast", "policy_as_written", "unoptimized_strict")
+BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast", "policy_as_written", "policy_as_written_opaque", "unoptimized_strict")
 
 _COMPILED: dict = {}
 
@@ -39,6 +39,14 @@ def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=Fals
     elif backend == "unoptimized_strict":  # the graph as written: the as_written reference
         flags["numba__fastmath"] = False
         mode = Mode(linker="numba", optimizer=None)
+    elif backend == "policy_as_written_opaque":  # as_written, every copy compiled on its own
+        from ptnumba_codegen.as_written import POSITION, AsWrittenPass
+        from ptnumba_codegen.rewrite import POSITION as KERNELS, PolicyCodegen
+
+        policy = ptnumba_codegen.load_policy("as_written")
+        mode = Mode(linker="numba", optimizer="fast_run").register(
+            (AsWrittenPass(policy), POSITION), (PolicyCodegen(policy), KERNELS)
+        )
     elif backend.startswith("policy_"):
         mode = ptnumba_codegen.policy_mode(backend.removeprefix("policy_"))
     elif backend == "c":

@@ -22,7 +22,7 @@ from pytensor.tensor.random.op import RandomVariable
 
 import ptnumba_codegen
 from conftest import assert_same_bits, compile_fn
-from ptnumba_codegen.as_written import AsWrittenPass
+from ptnumba_codegen.as_written import INLINED_ATTR, AsWrittenPass
 from ptnumba_codegen.as_written_op import AsWritten
 from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_fn
 
@@ -40,7 +40,13 @@ def maintainer_fn(backend):
 
 
 def frozen(fn):
+    """The opaque as-written copies of a compiled function."""
     return [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, AsWritten)]
+
+
+def inlined(fn):
+    """(policy, label, kind, cone size, guards, reads) of the copies put back into kernels."""
+    return getattr(fn.maker.fgraph, INLINED_ATTR, [])
 
 
 def test_maintainers_example_is_decided_as_written():
@@ -52,17 +58,30 @@ def test_maintainers_example_is_decided_as_written():
     np.testing.assert_allclose(res, ref, rtol=1e-12)
 
 
-def test_seed_example_still_holds():
-    fn = seed_fn("policy_as_written")
+@pytest.mark.parametrize("backend", ["policy_as_written", "policy_as_written_opaque"])
+def test_seed_example_still_holds(backend):
+    fn = seed_fn(backend)
     np.testing.assert_allclose(fn(XV, YV, ZV, WV, BV), [EXPECTED], rtol=1e-10)
-    assert frozen(fn)
+    assert frozen(fn) if backend.endswith("opaque") else inlined(fn)
+
+
+def test_elementwise_copies_are_inlined_into_one_kernel():
+    fn = seed_fn("policy_as_written")
+    assert not frozen(fn) and [r[1] for r in inlined(fn)] == ["Le"]
+    [kernel] = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, Elemwise)]
+    text = str(kernel.op)
+    assert "le((((i4 * i2) * i1) * i0), i3)" in text, text  # the product as written, in the kernel
+    from ptnumba_codegen.kernels import plan_node
+
+    classes = dict(zip((i.op_name for i in plan_node(kernel).body.program.instrs), plan_node(kernel).body.classes))
+    assert classes["LE"] == "comparison_sensitive"
 
 
 def test_the_frozen_cone_is_the_graph_as_written_and_the_rest_is_rewritten():
     x, y, z, b = pt.vectors("x", "y", "z", "b")
     p = x * (y * z)
     outs = [pt.le(p, b), p * 2.0]  # p also feeds other math
-    fn = compile_fn([x, y, z, b], outs, "policy_as_written", cache_key="parens")
+    fn = compile_fn([x, y, z, b], outs, "policy_as_written_opaque", cache_key="parens")
     [node] = frozen(fn)
     inner = [n for n in node.op.fgraph.toposort()]
     muls = [n for n in inner if isinstance(n.op, Elemwise) and type(n.op.scalar_op).__name__ == "Mul"]
@@ -105,7 +124,7 @@ def test_nested_decisions_read_earlier_results_and_self_comparisons_stay():
     p = x * y * 3.0
     m = pt.minimum(p, b)
     outs = [pt.eq(m, p), pt.eq(x, x), m]
-    fn = compile_fn([x, y, b], outs, "policy_as_written", cache_key="nested")
+    fn = compile_fn([x, y, b], outs, "policy_as_written_opaque", cache_key="nested")
     nodes = frozen(fn)
     labels = sorted(n.op.label for n in nodes)
     assert labels == ["Eq", "Eq", "Minimum"], labels
@@ -119,6 +138,10 @@ def test_nested_decisions_read_earlier_results_and_self_comparisons_stay():
     for r, e in zip(res, ref, strict=True):
         assert_same_bits(r, e)
     assert not res[1][1]  # eq(nan, nan) is False as written (a rewrite folds eq(x, x) to True)
+    inl = compile_fn([x, y, b], outs, "policy_as_written", cache_key="nested")
+    assert sorted(r[1] for r in inlined(inl)) == ["Eq", "Eq", "Minimum"]
+    for r, e in zip(inl(xv, yv, bv), ref, strict=True):
+        assert_same_bits(r, e)
 
 
 def test_random_draws_and_inputs_end_cones():
@@ -126,7 +149,7 @@ def test_random_draws_and_inputs_end_cones():
     rng = pytensor.shared(np.random.default_rng(3))
     r = pt.random.normal(0, 1, size=x.shape, rng=rng)
     outs = [pt.le(r * x + 1.0, b), r]
-    fn = compile_fn([x, b], outs, "policy_as_written", cache_key="rv")
+    fn = compile_fn([x, b], outs, "policy_as_written_opaque", cache_key="rv")
     [node] = frozen(fn)
     assert not any(isinstance(n.op, RandomVariable) for n in node.op.fgraph.toposort())
     draws = [n for n in fn.maker.fgraph.toposort() if "normal" in str(n.op).lower()]
@@ -142,8 +165,10 @@ def test_condition_inputs_and_container_inputs_are_frozen_and_the_node_stays():
     checked = Assert("x*y must be nonzero")(x, (x * y).sum())  # a float condition, cast to bool
     outs = [checked * 2.0, pt.logsumexp(X * 0.5, axis=1), pytensor.grad(pt.logsumexp(X * 0.5, axis=1).sum(), X)]
     fn = compile_fn([x, y, X], outs, "policy_as_written", cache_key="inputs")
-    kinds = sorted((n.op.kind, n.op.label.split(" of ")[-1].split("{")[0]) for n in frozen(fn))
+    copies = [(n.op.kind, n.op.label) for n in frozen(fn)] + [(r[2], r[1]) for r in inlined(fn)]
+    kinds = sorted((kind, label.split(" of ")[-1].split("{")[0]) for kind, label in copies)
     assert kinds == [("decision", "Cast"), ("inputs", "LogSumExp")], kinds
+    assert [n.op.label for n in frozen(fn)] == ["Cast{bool}"]  # holds a Sum: compiled on its own
     assert any(isinstance(n.op, Assert) for n in fn.maker.fgraph.toposort())
     vals = [np.linspace(0.5, 2, 6), np.linspace(1, 2, 6), np.linspace(-3, 3, 12).reshape(3, 4)]
     ref = compile_fn([x, y, X], outs, "unoptimized_strict", cache_key="inputs")(*vals)
@@ -154,19 +179,20 @@ def test_condition_inputs_and_container_inputs_are_frozen_and_the_node_stays():
 
 
 def test_default_policy_freezes_nothing():
-    assert not frozen(seed_fn("policy_default"))
+    fn = seed_fn("policy_default")
+    assert not frozen(fn) and not inlined(fn)
 
 
 def test_shapes_are_inferred_through_the_frozen_op():
     x, b = pt.vectors("x", "b")
     m = pt.minimum(x * x * 2.0, b)
-    fn = compile_fn([x, b], m.shape, "policy_as_written", cache_key="shape")
+    fn = compile_fn([x, b], m.shape, "policy_as_written_opaque", cache_key="shape")
     assert not frozen(fn)  # the shape comes from the inputs; the copy is never computed
     np.testing.assert_array_equal(fn(np.ones(5), np.ones(5)), [5])
 
 
 def test_pickled_function_and_cache_key():
-    fn = maintainer_fn("policy_as_written")
+    fn = maintainer_fn("policy_as_written_opaque")
     [node] = frozen(fn)
     op = node.op
     assert pickle.loads(pickle.dumps(op)) == op
@@ -186,10 +212,13 @@ def test_other_linkers_run_the_inner_graph():
 
 
 def test_explain_and_log_show_the_frozen_copies(caplog):
-    report = ptnumba_codegen.explain(maintainer_fn("policy_as_written"))
+    report = ptnumba_codegen.explain(maintainer_fn("policy_as_written_opaque"))
     assert "== as-written copy of Le: 3 op(s) in its cone (exp, exp, mul), reads a, c, b" in report
     assert "why: [comparison] as_written in policy as_written" in report
     assert "[policy strict (as written, as_written)]" in report
+    assert "1 as-written copy" in report
+    report = ptnumba_codegen.explain(maintainer_fn("policy_as_written"))
+    assert "== as-written copy of Le: 3 op(s) in its cone, reads a, c, b; inlined into the kernels below" in report
     assert "1 as-written copy" in report
     x, b = pt.vectors("x", "b")
     with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):

@@ -24,16 +24,17 @@ def elemwise_nodes(fn):
 
 
 def test_tag_is_only_policy_codegen():
-    from ptnumba_codegen.rewrite import AS_WRITTEN_NAME, KERNELS_NAME
+    from ptnumba_codegen.rewrite import AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME
 
-    assert set(optdb.__db__["policy_codegen"]) == {optdb[KERNELS_NAME], optdb[AS_WRITTEN_NAME]}
-    for name, cls in ((KERNELS_NAME, "PolicyCodegen"), (AS_WRITTEN_NAME, "AsWrittenPass")):
+    ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten"}
+    assert set(optdb.__db__["policy_codegen"]) == {optdb[name] for name in ours}
+    for name, cls in ours.items():
         tags = {t for t, names in optdb.__db__.items() if optdb[name] in names}
         assert tags == {name, "policy_codegen", cls}
     numba_positions = [
         pos
         for name, pos in optdb.__position__.items()
-        if name not in (KERNELS_NAME, AS_WRITTEN_NAME)
+        if name not in ours
         and any(optdb[name] in optdb.__db__.get(tag, ()) for tag in ("fast_run", "numba", "minimum_compile"))
     ]
     # the kernels after everything the numba linker runs (the numba fusions sit at 100)
@@ -41,6 +42,8 @@ def test_tag_is_only_policy_codegen():
     # the as-written pass after OpFromGraph inlining (-0.01), before everything else
     assert optdb.__position__["inline_ofg_expansion"] < optdb.__position__[AS_WRITTEN_NAME]
     assert optdb.__position__[AS_WRITTEN_NAME] < min(p for p in numba_positions if p > -0.01)
+    # the inline pass after the last rewrite that changes values, before elemwise fusion
+    assert optdb.__position__["add_mul_fusion"] < optdb.__position__[INLINE_NAME] < optdb.__position__["elemwise_fusion"]
 
 
 def test_including_tag_hands_every_elemwise_to_the_generator():

@@ -26,7 +26,8 @@ from conftest import compile_fn
 
 GRAPHS_PER_EXAMPLE = 12
 N = 40
-DECISIONS = ("minimum", "maximum", "clip", "le", "lt", "ge", "gt", "eq", "neq", "switch")
+DECISIONS = ("minimum", "maximum", "clip", "le", "lt", "ge", "gt", "eq", "neq", "switch", "rowsum_le", "rowsum_minimum")
+ROW = 8  # rowsum decisions: the expression reshaped to rows of ROW, summed along them
 UNARY = ("exp", "sqrt", "log")
 
 # An expression tree: ("x",) a leaf (each leaf its own input, so no gradient cancels
@@ -114,6 +115,9 @@ def evaluate(tree, leaves):
 
 def decide(spec, p, b, xs):
     name = spec["decision"]
+    if name.startswith("rowsum"):
+        p, b = p.reshape((-1, ROW)).sum(axis=1), b[::ROW]
+        name = name.removeprefix("rowsum_")
     lhs, rhs = (b, p) if spec["swap"] else (p, b)
     if name in ("minimum", "maximum"):
         return getattr(pt, name)(lhs, rhs)
@@ -135,6 +139,12 @@ def batch(specs, rng):
         xv = [rng.uniform(0.5, 2.0, N) * (rng.choice([-1.0, 1.0], N) if rng.random() < 0.3 else 1.0) for _ in xs]
         with np.errstate(all="ignore"):
             bv = np.array([evaluate(spec["tree"], iter([float(v[j]) for v in xv])) for j in range(N)])
+            if spec["decision"].startswith("rowsum"):
+                for r in range(0, N, ROW):
+                    acc = 0.0
+                    for v in bv[r : r + ROW]:
+                        acc += float(v)
+                    bv[r] = acc
         bv[1::3] = np.nextafter(bv[1::3], np.inf)
         bv[2::6] = np.nextafter(bv[2::6], -np.inf)
         outputs.append(d)
@@ -164,7 +174,8 @@ def test_decisions_at_ties_match_the_graph_as_written(specs, seed):
     rng = np.random.default_rng(seed)
     inputs, outputs, values, exprs, thresholds = batch(specs, rng)
     ref_fn = compile_fn(inputs, outputs + exprs, "unoptimized_strict", on_unused_input="ignore")
-    fn = compile_fn(inputs, outputs, "policy_as_written", on_unused_input="ignore")
+    backend = "policy_as_written" if seed % 2 else "policy_as_written_opaque"
+    fn = compile_fn(inputs, outputs, backend, on_unused_input="ignore")
     with np.errstate(all="ignore"):
         ref_all = ref_fn(*values)
         res = fn(*values)
@@ -173,12 +184,16 @@ def test_decisions_at_ties_match_the_graph_as_written(specs, seed):
     # the premise: Python's written-order evaluation is the reference's, bit for bit
     ties = 0
     for k, (e, b) in enumerate(zip(ref_exprs, thresholds, strict=True)):
+        if specs[k]["decision"].startswith("rowsum"):
+            sums = e.reshape(-1, ROW).sum(axis=1)  # numpy's pairwise sum: a tie check only
+            ties += int(np.sum(np.isclose(sums, b[::ROW], rtol=1e-14)))
+            continue
         np.testing.assert_array_equal(e[0::3], b[0::3], err_msg=f"written order of graph {k}: {specs[k]['tree']}")
         ties += int(np.sum(e == b))
     assert ties >= GRAPHS_PER_EXAMPLE * N // 3
 
     for k, (a, b) in enumerate(zip(res, ref, strict=True)):
-        label = f"output {k} of {[s['decision'] for s in specs]}"
+        label = f"output {k} of {[s['decision'] for s in specs]} ({backend})"
         assert a.dtype == b.dtype, label
         if a.dtype.kind == "b":
             np.testing.assert_array_equal(a, b, err_msg=label)
