@@ -43,7 +43,8 @@ from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.fg import FrozenFunctionGraph
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.rewriting.basic import GraphRewriter
-from pytensor.tensor.elemwise import Elemwise
+from pytensor.scalar.basic import Maximum, Minimum
+from pytensor.tensor.elemwise import CAReduce, Elemwise
 
 from ptnumba_codegen.as_written_guards import add_overflow_guards
 from ptnumba_codegen.as_written_op import REASON, AsWritten
@@ -69,6 +70,9 @@ INLINE_POSITION = 48.95
 # node types an inlined copy may hold: kernels the policy classifies, and value moves that
 # the whole-graph sensitivity analysis sees through (graph_analysis.TRANSPARENT_OPS)
 INLINABLE_OPS = (Elemwise, *EXACT_OPS)
+# reductions an inlined copy may hold: exact in any accumulation order (Sum/Prod are not,
+# so a cone holding one stays opaque, compiled with the reference's own kernels)
+INLINABLE_REDUCERS = (Maximum, Minimum)
 INLINED_ATTR = "_ptnumba_as_written_inlined"  # on the function graph: what explain lists
 
 
@@ -126,15 +130,24 @@ def strict_cones(policy: Policy) -> bool:
     return not any(rule.apply_in_comparison_cone and rule.flags for rule in policy.ops.values())
 
 
+def inlinable(graph) -> bool:
+    """Only elementwise ops, value moves and max/min reductions."""
+    return all(
+        isinstance(n.op, INLINABLE_OPS)
+        or (isinstance(n.op, CAReduce) and isinstance(n.op.scalar_op, INLINABLE_REDUCERS))
+        for n in graph.toposort()
+    )
+
+
 def inline(fgraph, node):
     """Replace an elementwise `AsWritten` node by its guarded inner graph; a record for
     explain (policy name, label, cone size, guards, reads) or None if it stays opaque."""
     op = node.op
-    if not all(isinstance(n.op, INLINABLE_OPS) for n in op.fgraph.toposort()):
+    if not inlinable(op.fgraph):
         return None
     graph = op.fgraph.unfreeze()
     guards = add_overflow_guards(graph, op.kind)
-    if not all(isinstance(n.op, INLINABLE_OPS) for n in graph.toposort()):
+    if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
     outs = clone_replace(list(graph.outputs), replace=dict(zip(graph.inputs, node.inputs, strict=True)))
     for old, new in zip(node.outputs, outs, strict=True):

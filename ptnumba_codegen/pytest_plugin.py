@@ -51,6 +51,7 @@ _stats = {
     "rewrites": 0,  # PolicyCodegen.apply calls that left at least one policy node
     "policy_nodes": 0,  # policy-carrying nodes (PolicyElemwise, ...) after those calls
     "fallbacks": 0,  # policy nodes compiled by the stock implementation
+    "as_written": 0,  # as-written copies (opaque AsWritten nodes and inlined copies)
     "reasons": collections.Counter(),  # fallback reason -> count
 }
 
@@ -99,7 +100,7 @@ def enable_policy_codegen_in_numba_modes() -> None:
 
 def _install_counters() -> None:
     """Count replaced nodes and stock fallbacks (best effort: skipped if the API moved)."""
-    from ptnumba_codegen import dispatch, ops, rewrite
+    from ptnumba_codegen import as_written, as_written_op, dispatch, ops, rewrite
 
     is_policy_op = ops.is_policy_op
     cls = rewrite.PolicyCodegen
@@ -113,6 +114,8 @@ def _install_counters() -> None:
             if n:
                 _stats["rewrites"] += 1
                 _stats["policy_nodes"] += n
+            _stats["as_written"] += sum(as_written_op.is_as_written(node.op) for node in fgraph.apply_nodes)
+            _stats["as_written"] += len(getattr(fgraph, as_written.INLINED_ATTR, ()))
             return result
 
         apply._ptnumba_counted = True
@@ -233,7 +236,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if getattr(config, "workeroutput", None) is not None:
         return
     parts = config._ptnumba_worker_stats or [_snapshot()]
-    total = {"rewrites": 0, "policy_nodes": 0, "fallbacks": 0}
+    total = {"rewrites": 0, "policy_nodes": 0, "fallbacks": 0, "as_written": 0}
     reasons = collections.Counter()
     for part in parts:
         for key in total:
@@ -245,7 +248,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line(
         f"policy {policy.name} (digest {policy.digest}): {total['policy_nodes']} policy nodes "
         f"in {total['rewrites']} rewritten graphs; {total['fallbacks']} compiled by the "
-        f"stock fallback"
+        f"stock fallback; {total['as_written']} as-written copies"
     )
     for reason, count in reasons.most_common(10):
         tr.write_line(f"  fallback x{count}: {reason}")
