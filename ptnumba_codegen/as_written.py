@@ -22,13 +22,17 @@ position 48.95), `InlineAsWritten` puts each copy whose cone is elementwise back
 graph as written (with its overflow guards, `ptnumba_codegen.as_written_guards`): from
 there on only value-preserving rewrites run (elementwise fusion, merge, inplace), the copy
 fuses with its neighbours into the same kernels, and the policy compiles it strictly (it is
-in a decision's cone) and with scalar libm. Copies holding other ops (reductions, ``Dot``,
-``Scan``, ...), or under a policy whose ``comparison_sensitive`` class has flags, stay
-opaque and are compiled on their own (`ptnumba_codegen.as_written_lowering`). The original cone stays in
-the graph for whatever else reads it and is rewritten and fused as usual, so a value that
-feeds both a decision and other math is computed twice: once as written for the decision,
-once fast for the rest. A decision whose decision inputs are all leaves is left alone:
-nothing can change how its inputs are computed, and the policy compiles it strictly.
+in a decision's cone) and with scalar libm; so are max/min reductions, exact in any order.
+Copies holding other ops (sums, products, ``Dot``, ``Scan``, ...), or under a policy whose
+``comparison_sensitive`` class has flags, stay opaque and are compiled on their own
+(`ptnumba_codegen.as_written_lowering`).
+
+The original cone stays in the graph for whatever else reads it and is rewritten and fused
+as usual, so a value that feeds both a decision and other math is computed twice: once as
+written for the decision, once fast for the rest. A decision whose decision inputs are
+all leaves (or reach them only through value moves and other such decisions) is left
+alone: nothing can change how its inputs are computed, and the policy compiles it
+strictly.
 
 Nested decisions read earlier results: ``eq(minimum(p, b), p)`` freezes ``minimum`` with
 the cone of ``p`` first, then ``eq`` reads that `AsWritten` result and recomputes ``p``.
