@@ -159,7 +159,7 @@ def batch(specs, rng):
 
 # no shrinking: every shrink step is two numba compiles
 SETTINGS = settings(
-    max_examples=8,
+    max_examples=6,
     deadline=None,
     derandomize=True,
     database=None,
