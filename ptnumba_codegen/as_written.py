@@ -46,9 +46,10 @@ from pytensor.graph.basic import Constant
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.fg import FrozenFunctionGraph
 from pytensor.graph.replace import clone_replace
-from pytensor.graph.rewriting.basic import GraphRewriter
+from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, node_rewriter
 from pytensor.scalar.basic import Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.as_written_guards import add_overflow_guards
 from ptnumba_codegen.as_written_op import REASON, AsWritten
@@ -106,6 +107,12 @@ class AsWrittenPass(GraphRewriter):
         return f"AsWrittenPass({self.policy!r})"
 
 
+@node_rewriter(list(EXACT_OPS))
+def fold_exact_constants(fgraph, node):
+    """Constant-fold an op that only moves values (``ExpandDims(2.0)``): no arithmetic."""
+    return unconditional_constant_folding.fn(fgraph, node)
+
+
 class InlineAsWritten(GraphRewriter):
     """Put every elementwise `AsWritten` copy back into the graph, as written (see above)."""
 
@@ -153,6 +160,7 @@ def inline(fgraph, node):
     guards = add_overflow_guards(graph, op.kind)
     if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
+    dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
     outs = clone_replace(list(graph.outputs), replace=dict(zip(graph.inputs, node.inputs, strict=True)))
     for old, new in zip(node.outputs, outs, strict=True):
         new.name = old.name

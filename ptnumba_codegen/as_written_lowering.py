@@ -26,20 +26,19 @@ from pytensor import config
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
 from pytensor.compile.mode import Mode
-from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter, node_rewriter
+from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     register_funcify_and_cache_key,
 )
 from pytensor.scalar.basic import ScalarOp
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
+from ptnumba_codegen.as_written import fold_exact_constants
 from ptnumba_codegen.as_written_guards import add_overflow_guards
 from ptnumba_codegen.as_written_op import AsWritten
-from ptnumba_codegen.decisions import EXACT_OPS
 from ptnumba_codegen.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.rewrite import POSITION, TAG, PolicyCodegen
@@ -47,12 +46,6 @@ from ptnumba_codegen.rewrite import POSITION, TAG, PolicyCodegen
 # The node types of an inner graph the generator compiles (elementwise only: a reduction's
 # accumulation order is left to the stock kernel, which the reference runs).
 GENERATED_KINDS = (Elemwise, ScalarizedElemwise, ScalarOp)
-
-@node_rewriter(list(EXACT_OPS))
-def fold_exact_constants(fgraph, node):
-    """Constant-fold an op that only moves values (``ExpandDims(2.0)``): no arithmetic."""
-    return unconditional_constant_folding.fn(fgraph, node)
-
 
 # rewrite -> why it keeps every value bit for bit (besides the reference's own rewrites)
 INNER_REWRITES = {

@@ -224,3 +224,20 @@ def test_explain_and_log_show_the_frozen_copies(caplog):
     with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):
         pytensor.function([x, b], pt.le(x * 3.0, b), mode=ptnumba_codegen.policy_mode("as_written"))
     assert "policy as_written: 1 decision(s) kept as written (2 ops in their cones)" in caplog.text  # ExpandDims(3.0), Mul
+
+
+def test_a_cone_through_a_matrix_product_stays_opaque_and_is_exact():
+    """grad(|z - X @ beta|): the gradient's sign decision recomputes X @ beta as written."""
+    X, beta, z = pt.matrix("X"), pt.vector("beta"), pt.vector("z")
+    logp = (-pt.abs(z - X @ beta)).sum()
+    outs = [logp, pytensor.grad(logp, beta), pt.sign(z - X @ beta)]
+    fn = compile_fn([X, beta, z], outs, "policy_as_written", cache_key="matmul")
+    assert [n.op.label for n in frozen(fn)] == ["Sign"]  # one copy (merged), opaque: it holds a Matmul
+    rng = np.random.default_rng(5)
+    Xv, bv = rng.uniform(0.5, 2.0, (40, 3)), rng.uniform(0.5, 2.0, 3)
+    zv = Xv @ bv  # BLAS's own product: exact ties for the sign
+    ref = compile_fn([X, beta, z], outs, "unoptimized_strict", cache_key="matmul")(Xv, bv, zv)
+    res = fn(Xv, bv, zv)
+    assert (ref[2] == 0).sum() > 20  # ties as written
+    np.testing.assert_array_equal(res[2], ref[2])
+    np.testing.assert_allclose(res[1], ref[1], rtol=1e-12)
