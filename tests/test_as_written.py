@@ -198,6 +198,10 @@ def test_pickled_function_and_cache_key():
     assert pickle.loads(pickle.dumps(op)) == op
     _, key = numba_funcify_and_cache_key(op, node=node)
     assert isinstance(key, str)
+    a, c, b = pt.vectors("a", "c", "b")  # a fresh graph gets the same key: the disk cache hits
+    ga = pytensor.grad(pt.minimum(pt.exp(a) * pt.exp(c), b).sum(), a)
+    [other] = frozen(compile_fn([a, c, b], ga, "policy_as_written_opaque"))
+    assert numba_funcify_and_cache_key(other.op, node=other)[1] == key
     again = pickle.loads(pickle.dumps(fn))
     np.testing.assert_array_equal(again(AV, CV, MAINT_BV), fn(AV, CV, MAINT_BV))
 
