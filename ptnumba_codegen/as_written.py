@@ -18,7 +18,7 @@ before ``merge1`` and ``canonicalize``. For every deciding node (the tables of
 
 The `AsWritten` node is opaque to every rewrite. Once the rewrites that change values are
 done (canonicalize, stabilize, specialize, ``local_add_mul_fusion``: everything before
-position 48.95), `InlineAsWritten` puts each copy whose cone is elementwise back into the
+position 48.95), `InlineAsWritten` puts each decision whose cone is elementwise back into the
 graph as written (with its overflow guards, `ptnumba_codegen.as_written_guards`): from
 there on only value-preserving rewrites run (elementwise fusion, merge, inplace), the copy
 fuses with its neighbours into the same kernels, and the policy compiles it strictly (it is
@@ -152,9 +152,15 @@ def inlinable(graph) -> bool:
 
 def inline(fgraph, node):
     """Replace an elementwise `AsWritten` node by its guarded inner graph; a record for
-    explain (policy name, label, cone size, guards, reads) or None if it stays opaque."""
+    explain (policy name, label, cone size, guards, reads) or None if it stays opaque.
+
+    Only decisions with their cones: the policy then sees the decision and compiles its
+    cone strictly. A copy of input values (``kind="inputs"``) feeds an op the whole-graph
+    sensitivity analysis does not see through (an OpFromGraph, a Scan), so inlined it
+    would be compiled fast; it stays opaque.
+    """
     op = node.op
-    if not inlinable(op.fgraph):
+    if op.kind != "decision" or not inlinable(op.fgraph):
         return None
     graph = op.fgraph.unfreeze()
     guards = add_overflow_guards(graph, op.kind)
