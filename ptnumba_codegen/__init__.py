@@ -1,10 +1,12 @@
 """ptnumba_codegen: PyTensor numba kernels with per-instruction fast-math flag policies.
 
-Importing the package registers the ``policy_codegen`` rewrite and the numba dispatch::
+Importing the package registers the ``policy_codegen`` rewrites and the numba dispatch::
 
     import ptnumba_codegen
-    mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
-    mode = ptnumba_codegen.policy_mode("strict")   # or a preset / TOML path per function
+    mode = ptnumba_codegen.policy_mode("strict")   # a preset / TOML path, per function
+    ptnumba_codegen.enable("default")              # or: every numba mode (nutpie, PyMC, ...)
+    ptnumba_codegen.disable()                      # new functions compile stock again
+    with ptnumba_codegen.enabled("strict"): ...    # the switch for one block
     mode = ptnumba_codegen.policy_mode("as_written")  # decisions exactly as written
 """
 
@@ -18,6 +20,7 @@ from ptnumba_codegen.as_written_op import AsWritten
 from ptnumba_codegen.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
 from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
+from ptnumba_codegen.switch import disable, enable, enabled, enabled_policy, is_enabled
 
 __all__ = [
     "AsWritten",
@@ -28,8 +31,13 @@ __all__ = [
     "PolicyCodegen",
     "PolicyError",
     "__version__",
+    "disable",
+    "enable",
+    "enabled",
+    "enabled_policy",
     "explain",
     "fallback_reason",
+    "is_enabled",
     "load_policy",
     "parallel_enabled",
     "policy_mode",

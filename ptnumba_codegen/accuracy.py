@@ -7,8 +7,11 @@ import numpy as np
 
 FUNCTIONS = (
     "exp", "log", "log1p", "expm1", "tanh", "erf", "erfc", "sin", "cos",
-    "sigmoid", "softplus", "log1mexp",
+    "sigmoid", "softplus", "log1mexp", "gammaln", "psi", "tri_gamma",
 )  # fmt: skip
+
+# FUNCTIONS entries whose vector function has another name in vector_math.VECTOR_FUNCS
+VECTOR_NAME = {"gammaln": "lgamma", "psi": "digamma", "tri_gamma": "trigamma"}
 
 
 def mp_reference(name: str):
@@ -28,6 +31,9 @@ def mp_reference(name: str):
         "sigmoid": lambda x: 1 / (1 + mpmath.exp(-x)),
         "softplus": lambda x: mpmath.log1p(mpmath.exp(x)),
         "log1mexp": lambda x: mpmath.log1p(-mpmath.exp(x)),
+        "gammaln": lambda x: mpmath.loggamma(x) if x > 0 else mpmath.log(abs(mpmath.gamma(x))),
+        "psi": mpmath.digamma,
+        "tri_gamma": lambda x: mpmath.psi(1, x),
     }[name]
 
 
@@ -38,7 +44,11 @@ def pytensor_function(name: str):
 
 
 def domain(name: str, dtype: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Points across the function's domain (finite results), in ``dtype``."""
+    """Points across the function's domain (finite results), in ``dtype``.
+
+    gammaln, psi and tri_gamma: x > 0 (their budgets hold there; see docs/policies.md for
+    x < 0).
+    """
     big = 700.0 if dtype == "float64" else 85.0
     tiny = 300 if dtype == "float64" else 35
 
@@ -59,7 +69,27 @@ def domain(name: str, dtype: str, n: int, rng: np.random.Generator) -> np.ndarra
         "sigmoid": rng.uniform(-big, big, n),
         "softplus": np.concatenate([rng.uniform(-40, 40, half), rng.uniform(-big, big, n - half)]),
         "log1mexp": -logspace(-tiny / 10, np.log10(big)),
+        "gammaln": _special_domain(rng, n, dtype),
+        "psi": _special_domain(rng, n, dtype),
+        "tri_gamma": _special_domain(rng, n, dtype, lo=-150 if dtype == "float64" else -19),
     }[name].astype(dtype)
+
+
+def _special_domain(rng: np.random.Generator, n: int, dtype: str, lo: int | None = None) -> np.ndarray:
+    """x > 0 for lgamma/digamma/trigamma: dense where the formulas change (0-10, around the
+    zeros 1, 2 and the root 1.4616), tiny (down to 10**lo, where the result stays finite)
+    and huge arguments up to lgamma's overflow."""
+    hi = 305 if dtype == "float64" else 36
+    if lo is None:
+        lo = -307 if dtype == "float64" else -38  # float32: psi(x) ~ -1/x must not overflow
+    k = n // 4
+    near = np.array([1.0, 2.0, 1.4616321449683622])[rng.integers(0, 3, k)]
+    return np.concatenate([
+        rng.uniform(0, 10, n - 3 * k),
+        near + rng.choice([-1, 1], k) * 10.0 ** rng.uniform(-15, -0.5, k),
+        10.0 ** rng.uniform(lo, 0, k),
+        10.0 ** rng.uniform(1, hi, k),
+    ])
 
 
 def max_ulp(name: str, x: np.ndarray, got: np.ndarray, dps: int = 60) -> float:

@@ -5,7 +5,10 @@ The rules, in order (the first that matches wins, so strict wins):
 1. *comparison_sensitive*: a decision op (see DECISION_INPUTS) and every instruction in
    the backward cone of its decision inputs, all the way to the program inputs; also
    the backward cone of every output listed in ``sensitive_outputs`` (values that a
-   decision in another node consumes).
+   decision in another node consumes). The cone stops where a decision cannot depend
+   on the producer's rounding (`robust`): ``sigmoid(v) >= 0`` leaves sigmoid free and
+   only asks for v's NaN pattern, so requirements (EXACT, or a predicate) are
+   propagated backward instruction by instruction (`analyze`).
 2. *reduction*: an associative Add/Mul with three or more operands, or an Add/Mul whose
    operand is produced by, or whose result feeds, the same associative op (a chain).
 3. *transcendental*: the ops in TRANSCENDENTAL_OPS and every scipy.special-backed op.
@@ -14,7 +17,9 @@ The rules, in order (the first that matches wins, so strict wins):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
@@ -22,6 +27,15 @@ from pytensor.scalar.loop import ScalarLoop
 
 from ptnumba_codegen.flags import ARITHMETIC, COMPARISON_SENSITIVE, REDUCTION, TRANSCENDENTAL
 from ptnumba_codegen.program import Instr, Program
+from ptnumba_codegen.robust import (
+    DECISION_COMPARISONS,
+    EXACT,
+    NAN,
+    BREAKING_FLAGS,
+    cmp,
+    comparison_needs,
+    input_needs,
+)
 
 ALL = None  # marker: every input is a decision input
 
@@ -123,36 +137,148 @@ def backward_cone(program: Program, roots: Iterable[int]) -> set[int]:
     return cone
 
 
-def sensitive_instrs(program: Program, sensitive_outputs: Iterable[int] = ()) -> set[int]:
-    """Decision ops, their decision cones and the cones of externally compared outputs."""
-    roots: list[int] = [program.outputs[i] for i in sensitive_outputs]
-    marked: set[int] = set()
+# -- requirements: what each value must preserve for the decisions it feeds -------------
+
+
+def output_needs(sensitive_outputs) -> dict[int, frozenset]:
+    """``{output position: requirements}`` from positions (each EXACT), ``(position,
+    requirement)`` pairs, or a mapping of positions to requirement sets."""
+    if isinstance(sensitive_outputs, Mapping):
+        return {int(p): frozenset(r) for p, r in sensitive_outputs.items() if r}
+    out: dict[int, set] = {}
+    for item in sensitive_outputs:
+        pos, req = (item, EXACT) if isinstance(item, int) else item
+        out.setdefault(int(pos), set()).add(req)
+    return {p: frozenset(r) for p, r in out.items()}
+
+
+def needs_items(needs: Mapping[int, Iterable]) -> frozenset:
+    """The hashable form ops carry: a frozenset of ``(position, requirement)`` pairs."""
+    return frozenset((p, r) for p, reqs in needs.items() for r in reqs)
+
+
+def natural_class(program: Program, k: int, chains: set[int] | None = None) -> str:
+    """The class of instruction ``k`` outside every comparison cone."""
+    if chains is None:
+        chains = _reduction_chain(program)
+    if k in chains:
+        return REDUCTION
+    return TRANSCENDENTAL if is_transcendental(program.instrs[k].op) else ARITHMETIC
+
+
+def _constant_operands(program: Program, instr: Instr) -> list[float | None]:
+    const = dict(program.constants)
+    out = []
+    for v in instr.inputs:
+        c = const.get(v)
+        try:
+            out.append(None if c is None else float(c))
+        except (TypeError, ValueError):
+            out.append(None)
+    return out
+
+
+def decision_seeds(program: Program, instr: Instr) -> list[tuple[int, object]]:
+    """(value id, requirement) that a decision instruction puts on its decision inputs."""
+    op_class = type(instr.op)
+    if op_class in DECISION_COMPARISONS and len(instr.inputs) == 2:
+        needs = comparison_needs(op_class, _constant_operands(program, instr))
+        if needs is not None:
+            return [(v, r) for v, r in zip(instr.inputs, needs, strict=True) if r is not None]
+    if op_class is ps.IsNan:
+        return [(instr.inputs[0], NAN)]
+    if op_class is ps.IsInf:
+        return [(instr.inputs[0], cmp("eq", math.inf)), (instr.inputs[0], cmp("eq", -math.inf))]
+    return [(v, EXACT) for v in decision_inputs(instr, program.dtypes)]
+
+
+def _produces_a_decision(instr: Instr) -> bool:
+    """Comparisons and tests whose output is the decision itself (a bool): its exactness
+    only needs the seeds on their inputs."""
+    return type(instr.op) in DECISION_COMPARISONS or type(instr.op) in (ps.IsNan, ps.IsInf)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the analysis found for one program."""
+
+    classes: tuple[str, ...]  # per instruction
+    needs: Mapping[int, frozenset]  # value id -> requirements it must preserve
+    robust: Mapping[int, frozenset]  # instruction -> predicates decided robustly on its output
+
+
+def analyze(program: Program, sensitive_outputs=(), relaxable: Callable[[int], bool] | None = None) -> Analysis:
+    """Classify every instruction, propagating requirements backward from the decisions.
+
+    ``sensitive_outputs``: outputs a decision elsewhere consumes (see `output_needs`).
+    ``relaxable(k)``: whether instruction ``k`` may be decided robustly (its non-strict
+    flags keep IEEE NaN/inf semantics); by default every instruction may.
+    """
+    needs: dict[int, set] = {}
+    for pos, reqs in output_needs(sensitive_outputs).items():
+        needs.setdefault(program.outputs[pos], set()).update(reqs)
+    decisions = set()
     for k, instr in enumerate(program.instrs):
         if is_decision(instr, program.dtypes):
-            marked.add(k)
-            roots.extend(decision_inputs(instr, program.dtypes))
-    return marked | backward_cone(program, roots)
-
-
-def sensitive_inputs(program: Program, sensitive_outputs: Iterable[int] = ()) -> set[int]:
-    """Input positions whose values reach a decision (inside, or via a sensitive output)."""
-    producer = program.producers()
-    roots: list[int] = [program.outputs[i] for i in sensitive_outputs]
-    for instr in program.instrs:
-        roots.extend(decision_inputs(instr, program.dtypes))
-    position = {v: k for k, v in enumerate(program.inputs)}
-    found, seen, todo = set(), set(), roots
-    while todo:
-        v = todo.pop()
-        if v in seen:
+            decisions.add(k)
+            for v, req in decision_seeds(program, instr):
+                needs.setdefault(v, set()).add(req)
+    strict, robust = set(decisions), {}
+    for k in reversed(range(len(program.instrs))):
+        instr = program.instrs[k]
+        wanted = set().union(*(needs.get(o, ()) for o in instr.outputs))
+        if not wanted or (k in decisions and _produces_a_decision(instr)):
             continue
-        seen.add(v)
-        if v in position:
-            found.add(position[v])
-        k = producer.get(v)
-        if k is not None:
-            todo.extend(program.instrs[k].inputs)
-    return found
+        per_input = None
+        if k not in decisions and len(instr.outputs) == 1 and (relaxable is None or relaxable(k)):
+            per_input = [set() for _ in instr.inputs]
+            for req in wanted:
+                translated = input_needs(instr.op, req, len(instr.inputs))
+                if translated is None:
+                    per_input = None
+                    break
+                for acc, reqs in zip(per_input, translated, strict=True):
+                    acc.update(reqs)
+        if per_input is None:
+            strict.add(k)
+            per_input = [{EXACT}] * len(instr.inputs)
+        else:
+            robust[k] = frozenset(wanted)
+        for v, reqs in zip(instr.inputs, per_input, strict=True):
+            needs.setdefault(v, set()).update(reqs)
+    chains = _reduction_chain(program)
+    classes = tuple(
+        COMPARISON_SENSITIVE if k in strict else natural_class(program, k, chains) for k in range(len(program.instrs))
+    )
+    return Analysis(classes, {v: frozenset(r) for v, r in needs.items()}, robust)
+
+
+def relaxable_under(program: Program, policy) -> Callable[[int], bool] | None:
+    """``relaxable`` for `analyze` under ``policy``: an instruction may be decided robustly
+    when the flags it gets outside cones keep IEEE NaN/inf semantics (no nnan, no ninf)."""
+    if policy is None:
+        return None
+    chains = _reduction_chain(program)
+
+    def relaxable(k: int) -> bool:
+        flags = policy.flags_for(natural_class(program, k, chains), program.instrs[k].op_name)
+        return not (BREAKING_FLAGS & set(flags))
+
+    return relaxable
+
+
+def sensitive_instrs(program: Program, sensitive_outputs=(), relaxable=None) -> set[int]:
+    """Instructions that must be strict: decisions, and the producers of values whose
+    exact value (or a predicate on it no rule makes robust) decides something."""
+    result = analyze(program, sensitive_outputs, relaxable)
+    return {k for k, c in enumerate(result.classes) if c == COMPARISON_SENSITIVE}
+
+
+def sensitive_inputs(program: Program, sensitive_outputs=(), relaxable=None) -> dict[int, frozenset]:
+    """``{input position: requirements}`` for the inputs whose values reach a decision
+    (inside, or via a sensitive output)."""
+    result = analyze(program, sensitive_outputs, relaxable)
+    return {p: result.needs[v] for p, v in enumerate(program.inputs) if result.needs.get(v)}
 
 
 def _reduction_chain(program: Program) -> set[int]:
@@ -174,22 +300,9 @@ def _reduction_chain(program: Program) -> set[int]:
     return out
 
 
-def classify(program: Program, sensitive_outputs: Iterable[int] = ()) -> tuple[str, ...]:
+def classify(program: Program, sensitive_outputs=(), relaxable=None) -> tuple[str, ...]:
     """The class of every instruction of ``program`` (same order as ``program.instrs``).
 
-    ``sensitive_outputs`` are output positions whose values feed a decision elsewhere.
+    ``sensitive_outputs`` are outputs whose values feed a decision elsewhere.
     """
-    sensitive = sensitive_instrs(program, sensitive_outputs)
-    chains = _reduction_chain(program)
-    classes = []
-    for k, instr in enumerate(program.instrs):
-        if k in sensitive:
-            classes.append(COMPARISON_SENSITIVE)
-        elif k in chains:
-            classes.append(REDUCTION)
-        elif is_transcendental(instr.op):
-            classes.append(TRANSCENDENTAL)
-        else:
-            classes.append(ARITHMETIC)
-    return tuple(classes)
-
+    return analyze(program, sensitive_outputs, relaxable).classes

@@ -482,7 +482,7 @@ def parse_args(argv):
         "ptnumba_codegen policies and JAX (if installed), side by side in one process.",
     )
     p.add_argument("--n", type=float, default=1_000_000, help="elements per input (matrix workloads: n/1000 rows x 1000); default 1e6")
-    p.add_argument("--group", default="all", choices=[*wl.GROUPS, "all"], help="workload group (default all)")
+    p.add_argument("--group", default="all", choices=[*wl.GROUPS, "all", "pymc"], help="workload group (default all); pymc: the PyMC model benchmark, one process per backend, with its own options (see `bench --group pymc --help`)")
     p.add_argument("--workloads", default=None, help="comma-separated workload keys or labels: " + ",".join(wl.WORKLOADS))
     p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: policy_fast")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if importable")
@@ -509,8 +509,22 @@ def parse_args(argv):
     return args
 
 
+def _group_of(argv) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--group" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--group="):
+            return arg.partition("=")[2]
+    return None
+
+
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if _group_of(argv) == "pymc":  # the PyMC model benchmark has its own runner and options
+        from ptnumba_codegen import modelbench
+
+        return modelbench.main(argv)
+    args = parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",

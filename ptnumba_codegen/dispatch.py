@@ -16,6 +16,7 @@ from ptnumba_codegen.flags import PYTENSOR_FLAGS
 from ptnumba_codegen.kernels import KernelPlan, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel
 from ptnumba_codegen.lowering.base import Unsupported
+from ptnumba_codegen.ops import on_policy_class
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -75,7 +76,13 @@ def build(node, plan: KernelPlan):
     if plan.kind == "scalar":
         return build_scalar_kernel(plan.body, perform_impl(node), name=name)
     return build_kernel(
-        plan.spec, plan.body, perform_impl(node), plan.finish, name=name, parallel=node.op.policy.parallel
+        plan.spec,
+        plan.body,
+        perform_impl(node),
+        plan.finish,
+        name=name,
+        parallel=node.op.policy.parallel,
+        yields_to=node.op.yields_to,
     )
 
 
@@ -99,9 +106,13 @@ def funcify_policy_node(op, node, **kwargs):
         plan.body.flags,
         plan.finish,
         tuple(str(o.type) for o in node.outputs),
+        op.yields_to,
     )
     return build(node, plan), key
 
 
 def register_policy_class(cls):
     register_funcify_and_cache_key(cls)(funcify_policy_node)
+
+
+on_policy_class(register_policy_class)

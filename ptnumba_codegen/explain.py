@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 
+from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.as_written_op import is_as_written
 from ptnumba_codegen.kernels import plan_node
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.lowering.rules import rule_kind
 from ptnumba_codegen.ops import is_policy_op
+from ptnumba_codegen.robust import describe
 
 _FLAG_RE = re.compile(r"\b(reassoc|nsz|arcp|contract|afn|nnan|ninf|fast)\b")
 _FP_RE = re.compile(r"= (?:tail )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\b")
@@ -34,7 +36,8 @@ def _inlined_lines(fgraph) -> list[str]:
         what = f"as-written copy of {label}" if kind == "decision" else f"as-written {label}"
         line = (
             f"== {what}: {size} op(s) in its cone, reads {', '.join(reads) or 'constants only'}; "
-            f"inlined into the kernels below (strict there: it is in a decision's cone); "
+            f"inlined into the kernels below (a decision's cone there: strict, but for "
+            f"producers a robust rule lets go); "
             f"why: [comparison] as_written in policy {policy}"
         )
         if guards:
@@ -83,8 +86,10 @@ def _as_written_label(node) -> str:
 def explain_node(node) -> list[str]:
     op = node.op
     head = f"{type(op).stock_class.__name__}: {op}  [policy {op.policy.name}]"
-    if op.sensitive_outputs:
-        head += f"  outputs compared downstream: {sorted(op.sensitive_outputs)}"
+    needs = output_needs(op.sensitive_outputs)
+    if needs:
+        parts = [f"{p} ({', '.join(sorted(describe(r) for r in needs[p]))})" for p in sorted(needs)]
+        head += f"  outputs compared downstream: {', '.join(parts)}"
     lines = [head]
     try:
         plan = plan_node(node)
@@ -95,12 +100,15 @@ def explain_node(node) -> list[str]:
         for i, e in zip(plan.body.program.instrs, plan.body.emitters, strict=True)
     ]
     width = max((len(s) for s in plan.body.program.describe()), default=0)
-    for (text, klass, flags), kind in zip(plan.body.rows(), kinds, strict=True):
-        lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}")
+    for k, ((text, klass, flags), kind) in enumerate(zip(plan.body.rows(), kinds, strict=True)):
+        note = ""
+        if k in plan.body.robust:
+            note = "  [decides " + ", ".join(sorted(describe(r) for r in plan.body.robust[k])) + " robustly]"
+        lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")
     if plan.kind == "loop" and plan.spec is not None:
         from ptnumba_codegen.lowering.parallel import split_decision
 
-        lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel)[2]}")
+        lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}")
     if plan.spec is not None and plan.spec.reduces:
         for i, red in enumerate(plan.spec.reduces):
             if red is not None:

@@ -17,6 +17,7 @@ from pytensor.tensor.math import MulWithoutZeros
 from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwise
 
+from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
 from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS, inner_careduce, inner_elemwise
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
@@ -112,6 +113,7 @@ def plan_elemwise(node) -> KernelPlan:
         output_dtypes=tuple(o.type.dtype for o in node.outputs),
         inplace=tuple(sorted(op.inplace_pattern.items())),
         static_size=static_size(node.outputs[0].type.shape),
+        static_shape=tuple(node.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(Finish("as_is") for _ in node.outputs))
 
@@ -188,7 +190,7 @@ def plan_fused(node) -> KernelPlan:
                 axes=tuple(axes),
                 identity=reduce_identity(identity, acc_dtype),
                 acc_dtype=acc_dtype,
-                flags=accumulator_flags(op.policy, scalar_op, i in op.sensitive_outputs),
+                flags=accumulator_flags(op.policy, scalar_op, i in output_needs(op.sensitive_outputs)),
                 scalar_acc=scalar_acc,
             )
         )
@@ -203,6 +205,7 @@ def plan_fused(node) -> KernelPlan:
         inplace=tuple(sorted(inplace.items())),
         reduces=tuple(reduces),
         static_size=static_size(inner.outputs[0].type.shape),
+        static_shape=tuple(inner.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(finish))
 
@@ -225,7 +228,7 @@ def plan_careduce(node, careduce_op=None, scalar_out=False) -> KernelPlan:
         axes=axes,
         identity=reduce_identity(careduce.scalar_op.identity, acc_dtype),
         acc_dtype=acc_dtype,
-        flags=accumulator_flags(op.policy, careduce.scalar_op, 0 in op.sensitive_outputs),
+        flags=accumulator_flags(op.policy, careduce.scalar_op, 0 in output_needs(op.sensitive_outputs)),
         scalar_acc=scalar_acc,
     )
     spec = LoopSpec(
@@ -235,6 +238,7 @@ def plan_careduce(node, careduce_op=None, scalar_out=False) -> KernelPlan:
         output_dtypes=(acc_dtype,),
         reduces=(reduce,),
         static_size=static_size(x.type.shape),
+        static_shape=tuple(x.type.shape),
     )
     finish = _finish_reduction(out_type, bc, axes, acc_dtype, scalar_acc)
     return KernelPlan("loop", spec, body, (finish,))

@@ -11,11 +11,13 @@ from __future__ import annotations
 import copy
 from functools import cache
 
+from ptnumba_codegen.analysis import needs_items, output_needs
 from ptnumba_codegen.policy import Policy
 
 
 class PolicyMixin:
-    """Marks an op as carrying ``policy`` and ``sensitive_outputs``."""
+    """Marks an op as carrying ``policy``, ``sensitive_outputs`` and ``yields_to`` (the
+    other thread pools of its function, see `pools`: its loops do not split)."""
 
     __slots__ = ()
 
@@ -34,14 +36,15 @@ def policy_class(base: type) -> type:
             and isinstance(other, PolicyMixin)
             and self.policy == other.policy
             and self.sensitive_outputs == other.sensitive_outputs
+            and self.yields_to == other.yields_to
         )
 
     def __hash__(self):
-        return hash((base.__hash__(self), self.policy.digest, self.sensitive_outputs))
+        return hash((base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to))
 
     def __reduce__(self):
         # the class is made at runtime, so pickle the stock op and re-apply the policy
-        return (with_policy, (stock_op(self), self.policy, self.sensitive_outputs))
+        return (with_policy, (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to))
 
     namespace = {
         "stock_class": base,
@@ -55,18 +58,35 @@ def policy_class(base: type) -> type:
     # dprint output stays the stock one. The module tells them apart.
     cls = type(base.__name__, (base, PolicyMixin), namespace)
     cls.__qualname__ = f"policy_class({base.__qualname__})"
-    from ptnumba_codegen.dispatch import register_policy_class
-
-    register_policy_class(cls)
+    _CLASSES.append(cls)
+    for hook in CLASS_HOOKS:
+        hook(cls)
     return cls
 
 
-def with_policy(op, policy: Policy, sensitive_outputs=frozenset()):
+# Called with every policy class made (`dispatch` registers its numba lowering here, so this
+# module does not import the dispatch, which imports the planners, which import this).
+CLASS_HOOKS: list = []
+_CLASSES: list[type] = []
+
+
+def on_policy_class(hook) -> None:
+    """Call ``hook(cls)`` for every policy class, made so far and from now on."""
+    CLASS_HOOKS.append(hook)
+    for cls in _CLASSES:
+        hook(cls)
+
+
+_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to")
+
+
+def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=()):
     """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy``."""
     new = copy.copy(stock_op(op))
     new.__class__ = policy_class(type(op))
     new.policy = policy
-    new.sensitive_outputs = frozenset(sensitive_outputs)
+    new.sensitive_outputs = needs_items(output_needs(sensitive_outputs))
+    new.yields_to = tuple(yields_to)
     return new
 
 
@@ -75,7 +95,7 @@ def stock_op(op):
     if not isinstance(op, PolicyMixin):
         return op
     plain = object.__new__(type(op).stock_class)
-    plain.__dict__.update({k: v for k, v in op.__dict__.items() if k not in ("policy", "sensitive_outputs")})
+    plain.__dict__.update({k: v for k, v in op.__dict__.items() if k not in _POLICY_ATTRS})
     return plain
 
 

@@ -41,6 +41,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -62,12 +63,18 @@ class PolicyError(ValueError):
 
 
 def preset_dir() -> Path:
-    """Directory holding the shipped presets (the repository's ``policies/``)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "policies", here.parent / "policies"):
-        if candidate.is_dir():
-            return candidate
-    raise PolicyError(f"cannot find the policies/ directory next to {here}")
+    """Directory holding the shipped presets: package data, ``ptnumba_codegen/policies/``.
+
+    Found through ``importlib.resources``, so an editable install, a wheel and an sdist
+    install all resolve it the same way.
+    """
+    where = resources.files(__package__) / "policies"
+    if not isinstance(where, Path) or not where.is_dir():
+        raise PolicyError(
+            f"the preset directory {where} is missing or not on the file system; "
+            "reinstall ptnumba_codegen (the presets are package data: ptnumba_codegen/policies/*.toml)"
+        )
+    return where
 
 
 def preset_names() -> tuple[str, ...]:

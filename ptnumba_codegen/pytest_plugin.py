@@ -5,12 +5,15 @@ for this project's own tests, which check that stock numba modes stay untouched)
 
     pytest -p ptnumba_codegen.pytest_plugin [--ptnumba-policy strict] tests/link/numba/...
 
-At ``pytest_configure`` it adds the ``numba`` tag to the ``policy_codegen`` rewrite that
-``import ptnumba_codegen`` registered. ``NumbaLinker.required_rewrites`` includes ``numba``,
-so every mode with the numba linker then runs the rewrite: ``mode="NUMBA"``,
-``Mode("numba", ...)`` (even ``optimizer=None``), ``Mode(NumbaLinker(), ...)`` and
-PyTensor's test helpers (``numba_mode``, ``compare_numba_and_py``). Non-numba modes
-(``py``, ``cvm``, ``c``, JAX...) are unaffected.
+At ``pytest_configure`` it calls ``ptnumba_codegen.enable(policy)``, the process-wide
+switch (``ptnumba_codegen/switch.py``): it adds the ``numba`` tag to the three
+``policy_codegen`` rewrites that ``import ptnumba_codegen`` registered (the as-written pass
+and its inlining, which do nothing unless the policy has ``[comparison] as_written``, and
+the kernels). ``NumbaLinker.required_rewrites`` includes ``numba``, so every mode with the
+numba linker then runs them:
+``mode="NUMBA"``, ``Mode("numba", ...)`` (even ``optimizer=None``), ``Mode(NumbaLinker(),
+...)`` and PyTensor's test helpers (``numba_mode``, ``compare_numba_and_py``). Non-numba
+modes (``py``, ``cvm``, ``c``, JAX...) are unaffected.
 
 Loading this module imports ``ptnumba_codegen`` and so pytensor, which reads
 ``PYTENSOR_FLAGS`` once, at import: earlier than in a stock run, where pytensor is first
@@ -43,7 +46,6 @@ from ptnumba_codegen.policy import ENV_VAR
 # pytensor was imported (by ptnumba_codegen) just before this line: what it parsed.
 _FLAGS_AT_IMPORT = os.environ.get("PYTENSOR_FLAGS", "")
 
-NUMBA_TAG = "numba"
 _STATS_KEY = "ptnumba_codegen_stats"
 
 # Per-process counters (each xdist worker has its own; the controller aggregates them).
@@ -66,36 +68,6 @@ def pytest_addoption(parser):
         help="Policy for every numba mode: preset name (default, strict, fast, as_written) or TOML "
         "path. Overrides $PTNUMBA_CODEGEN_POLICY (default: 'default').",
     )
-
-
-def _policy_rewrite_in(mode) -> bool:
-    """Whether ``mode``'s rewriter (as queried now) contains both policy rewrites."""
-    from ptnumba_codegen.as_written import AsWrittenPass
-    from ptnumba_codegen.rewrite import PolicyCodegen
-
-    rewriter = mode.optimizer
-    rewriter = getattr(rewriter, "_rewriter", rewriter)  # _ActiveModeGraphRewriter
-    found = getattr(rewriter, "data", ())
-    return all(any(isinstance(r, cls) for r in found) for cls in (PolicyCodegen, AsWrittenPass))
-
-
-def enable_policy_codegen_in_numba_modes() -> None:
-    """Tag the registered ``policy_codegen`` rewrites ``numba`` (idempotent) and check it."""
-    from pytensor.compile import optdb
-    from pytensor.compile.mode import NUMBA, Mode
-
-    import ptnumba_codegen  # noqa: F401  (registers the rewrites and the numba dispatch)
-    from ptnumba_codegen.rewrite import REGISTERED, TAG
-
-    for name in REGISTERED:
-        if optdb[name] not in optdb.__db__.get(NUMBA_TAG, ()):
-            optdb.add_tags(name, NUMBA_TAG)
-    for mode in (NUMBA, Mode(linker="numba", optimizer=None)):
-        if not _policy_rewrite_in(mode):
-            raise pytest.UsageError(
-                f"ptnumba_codegen.pytest_plugin: tagging '{TAG}' with '{NUMBA_TAG}' did not "
-                f"put it into {mode}"
-            )
 
 
 def _install_counters() -> None:
@@ -166,16 +138,16 @@ def reapply_pytensor_flags(before: str) -> list[str]:
 
 
 def pytest_configure(config):
-    from ptnumba_codegen.policy import PolicyError, load_policy
+    import ptnumba_codegen
+    from ptnumba_codegen.policy import PolicyError
 
     option = config.getoption("ptnumba_policy", default=None)
     if option:
         os.environ[ENV_VAR] = option  # also inherited by xdist workers started later
     try:
-        policy = load_policy(None)
-    except PolicyError as err:
+        policy = ptnumba_codegen.enable(None)  # $PTNUMBA_CODEGEN_POLICY, else "default"
+    except (PolicyError, RuntimeError) as err:
         raise pytest.UsageError(f"ptnumba_codegen.pytest_plugin: {err}") from err
-    enable_policy_codegen_in_numba_modes()
     _install_counters()
     config._ptnumba_policy = policy
     config._ptnumba_worker_stats = []

@@ -24,6 +24,8 @@ from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.lowering.split_runtime import ensure_threading
+from ptnumba_codegen.pools import pools_to_yield_to
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -40,7 +42,10 @@ class PolicyCodegen(GraphRewriter):
     ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
 
     ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
-    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes.
+    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes. The
+    instance registered in ``optdb`` (`KERNELS`) is the process-wide switch's:
+    `ptnumba_codegen.enable` sets its ``policy`` and `ptnumba_codegen.disable` resets it to
+    None (see ``switch.py``).
     """
 
     def __init__(self, policy: str | Policy | None = None, kinds: tuple[type, ...] | None = None):
@@ -53,14 +58,17 @@ class PolicyCodegen(GraphRewriter):
 
     def apply(self, fgraph):
         policy = load_policy(self.policy)
-        sensitive = sensitive_variables(fgraph)
+        sensitive = sensitive_variables(fgraph, policy)
+        if policy.parallel.enabled:
+            ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool
+        yields = pools_to_yield_to(fgraph) if policy.parallel.enabled else ()
         taken = []
         for node in fgraph.toposort():
             if is_policy_op(node.op) or planner_for(node.op) is None:
                 continue
             if self.kinds is not None and not isinstance(node.op, self.kinds):
                 continue
-            new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive))
+            new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive), yields)
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
             for old, new in zip(node.outputs, new_node.outputs, strict=True):
                 new.name = old.name
@@ -94,22 +102,37 @@ def summarize(nodes, policy) -> str:
     return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
 
 
-# Registered under the policy_codegen tag only (not fast_run, not numba).
-optdb.register(AS_WRITTEN_NAME, AsWrittenPass(), TAG, position=AS_WRITTEN_POSITION)
-optdb.register(INLINE_NAME, InlineAsWritten(), TAG, position=INLINE_POSITION)
-optdb.register(KERNELS_NAME, PolicyCodegen(), TAG, position=POSITION)
-REGISTERED = (AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME)
+# Registered under the policy_codegen tag only (not fast_run, not numba) until
+# ptnumba_codegen.enable() adds ``numba`` to each of them. The policy of `AS_WRITTEN` and
+# `KERNELS` is the switch's (None when off: the process default when selected by the tag).
+AS_WRITTEN = AsWrittenPass()
+KERNELS = PolicyCodegen()
+REGISTERED = {AS_WRITTEN_NAME: AS_WRITTEN, INLINE_NAME: InlineAsWritten(), KERNELS_NAME: KERNELS}
+_POSITIONS = {AS_WRITTEN_NAME: AS_WRITTEN_POSITION, INLINE_NAME: INLINE_POSITION, KERNELS_NAME: POSITION}
+for _name, _rewriter in REGISTERED.items():
+    optdb.register(_name, _rewriter, TAG, position=_POSITIONS[_name])
+
+
+def set_registered_policy(policy: Policy | None) -> None:
+    """The policy the registered rewrites run with (the switch's; None: the process default)."""
+    AS_WRITTEN.policy = policy
+    KERNELS.policy = policy
 
 
 def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
     """A numba Mode whose kernels are generated under ``policy``.
 
     ``policy`` is a preset name (``default``, ``strict``, ``fast``, ``as_written``), a path
-    to a TOML file, a loaded `Policy`, or ``None`` for the process default. The policy is loaded (and
-    validated) now, before anything is compiled.
+    to a TOML file, a loaded `Policy`, or ``None`` for the process default (the policy of
+    `ptnumba_codegen.enable` while it is on, else ``PTNUMBA_CODEGEN_POLICY``, else
+    ``default``). The policy is loaded (and validated) now, before anything is compiled.
+
+    The mode excludes the registered ``policy_codegen`` rewrites, so its own policy wins
+    over the process-wide switch (`ptnumba_codegen.enable`).
     """
-    resolved = load_policy(policy)
-    return Mode(linker="numba", optimizer=optimizer).register(
+    resolved = load_policy(KERNELS.policy if policy is None else policy)
+    mode = Mode(linker="numba", optimizer=optimizer).excluding(TAG)
+    return mode.register(
         (AsWrittenPass(resolved), AS_WRITTEN_POSITION),
         (InlineAsWritten(), INLINE_POSITION),
         (PolicyCodegen(resolved), POSITION),

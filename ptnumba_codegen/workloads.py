@@ -173,6 +173,13 @@ def _log1p_abs_expm1():
     return [x, y], pt.log1p(pt.abs(x)) + pt.expm1(y)
 
 
+def _gammaln_psi():
+    import pytensor.tensor as pt
+
+    x, y = _vectors(2)
+    return [x, y], pt.gammaln(pt.abs(x) + 0.5) + pt.psi(pt.abs(y) + 0.5)
+
+
 def _maximum_mul():
     import pytensor.tensor as pt
 
@@ -211,6 +218,7 @@ _ALL = (
     Workload("softplus", "softplus(x)", "transcendental", _softplus, 1),
     Workload("tanh_erf", "tanh(x)+erf(y)", "transcendental", _tanh_erf, 2),
     Workload("log1p_abs_expm1", "log1p(abs(x))+expm1(y)", "transcendental", _log1p_abs_expm1, 2),
+    Workload("gammaln_psi", "gammaln(|x|+.5)+psi(|y|+.5)", "transcendental", _gammaln_psi, 2),
     Workload("maximum_mul", "maximum(x,y)*z", "transcendental", _maximum_mul, 3),
     Workload("logsumexp", "logsumexp(X,axis=1)", "transcendental", _logsumexp, 1, "matrix"),
     Workload("softmax", "softmax(X,axis=-1)", "transcendental", _softmax, 1, "matrix"),

@@ -39,6 +39,6 @@ stamp=.venv/.ptnumba_installed
 want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -c "import ptnumba_codegen" >/dev/null 2>&1; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[test]"
+    .venv/bin/python -m pip install --quiet -e ".[test,nutpie]"
     echo "$want" > "$stamp"
 fi

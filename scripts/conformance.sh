@@ -76,8 +76,8 @@ print(f"pytensor {pytensor.__version__}, numba {numba.__version__}, llvmlite {ll
 REVISION=$(cat "$CHECKOUT/REVISION" 2>/dev/null || git -C "$CHECKOUT" rev-parse HEAD 2>/dev/null || echo unknown)
 # The generator under test: commit of this repository, and whether its package is edited.
 OURS=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git -C "$HERE/.." status --porcelain -- ptnumba_codegen policies ':!ptnumba_codegen/pytest_plugin.py' 2>/dev/null)" ]; then
-    OURS="$OURS + uncommitted changes in ptnumba_codegen/ or policies/"
+if [ -n "$(git -C "$HERE/.." status --porcelain -- ptnumba_codegen ':!ptnumba_codegen/pytest_plugin.py' 2>/dev/null)" ]; then
+    OURS="$OURS + uncommitted changes in ptnumba_codegen/"
 fi
 
 {

@@ -77,6 +77,30 @@ def test_elementwise_copies_are_inlined_into_one_kernel():
     assert classes["LE"] == "comparison_sensitive"
 
 
+def test_a_robust_decision_still_gets_its_copy():
+    """Sigmoid decides ``>= 0`` robustly (tests/test_robust.py), but a rewrite changes its
+    input: at a = 800, c = -800 ``exp(a)*exp(c)`` is NaN as written and ``exp(a + c) = 1``
+    after local_mul_exp_to_exp_add. The copy is made anyway; inside it the robust rule
+    still lets Sigmoid go, and the Mul whose NaN pattern decides is strict."""
+    a, c = pt.vectors("a", "c")
+    out = pt.switch(pt.sigmoid(pt.exp(a) * pt.exp(c)) >= 0, 1.0, -1.0)
+    av, cv = np.array([800.0, 1.0, -3.0, np.nan]), np.array([-800.0, 2.0, 0.5, 0.0])
+    with np.errstate(all="ignore"):
+        ref = compile_fn([a, c], out, "unoptimized_strict", cache_key="robust_copy")(av, cv)
+        np.testing.assert_array_equal(ref, [-1.0, 1.0, 1.0, -1.0])
+        assert compile_fn([a, c], out, "policy_default", cache_key="robust_copy")(av, cv)[0] == 1.0
+        fn = compile_fn([a, c], out, "policy_as_written", cache_key="robust_copy")
+        np.testing.assert_array_equal(fn(av, cv), ref)
+    assert not frozen(fn) and [r[1] for r in inlined(fn)] == ["Ge"]
+    from ptnumba_codegen.kernels import plan_node
+
+    [kernel] = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, Elemwise)]
+    body = plan_node(kernel).body
+    classes = {i.op_name: k for i, k in zip(body.program.instrs, body.classes, strict=True)}
+    assert classes["Sigmoid"] == "transcendental"  # let go by the robust rule
+    assert classes["Mul"] == classes["Exp"] == classes["GE"] == "comparison_sensitive"
+
+
 def test_the_frozen_cone_is_the_graph_as_written_and_the_rest_is_rewritten():
     x, y, z, b = pt.vectors("x", "y", "z", "b")
     p = x * (y * z)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import multiprocessing
 
+import numba
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -278,3 +280,44 @@ def test_row_vectors_split_along_their_long_axis(policies):
         assert_same_bits(a, b)
         assert_same_bits(a, c)
         np.testing.assert_allclose(a, ref, rtol=1e-10)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
+def test_the_first_eligible_call_runs_on_one_thread_and_the_second_split(policies):
+    from ptnumba_codegen.lowering.split_runtime import split_launches
+
+    # constants no other test uses: a kernel of its own, with fresh statistics
+    fn = compiled("measured", _vec3(lambda x, y, z: x * 1.2345 + y * z - 6.789), policies["split"], "split")
+    args = _vector_inputs(100_000, 3)
+    before = split_launches()
+    first = fn(*args)
+    assert split_launches() == before  # one thread, measured
+    second = fn(*args)
+    assert split_launches() == before + 1  # split, measured
+    assert_same_bits(first, second)
+    for _ in range(10):  # then whichever measured faster: the same bits either way
+        assert_same_bits(fn(*args), first)
+
+
+@pytest.mark.parametrize("preset", [None, "123"])
+def test_numbas_openmp_pool_spins_briefly_unless_the_user_chose(preset):
+    import os
+    import subprocess
+    import sys
+
+    from ptnumba_codegen.lowering.split_runtime import OMP_SPIN_COUNT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if preset is not None:
+        env["GOMP_SPINCOUNT"] = preset
+    code = (
+        "import os, numba, ptnumba_codegen.lowering.split_runtime as r\n"
+        "assert r.ensure_threading()\n"
+        "print(numba.threading_layer(), os.environ.get('GOMP_SPINCOUNT'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    layer, spin = out.stdout.split()
+    if layer != "omp":
+        pytest.skip(f"numba's threading layer is {layer}, not GNU OpenMP")
+    assert spin == (preset or OMP_SPIN_COUNT)

@@ -42,7 +42,7 @@ def test_every_function_is_vectorized_under_default(dtype):
 def test_accuracy_against_mpmath_within_budget(dtype):
     errors = accuracy.measure(vector_fn(dtype), dtype, n=1500)
     for name, err in errors.items():
-        bound = ulp_bound(name, dtype) or FORMULA_ULP[name]
+        bound = ulp_bound(accuracy.VECTOR_NAME.get(name, name), dtype) or FORMULA_ULP[name]
         assert err <= bound <= 4.0, f"{name} {dtype}: {err:.2f} ulp > {bound}"
 
 
@@ -74,7 +74,10 @@ def test_special_values_match_scalar_libm(dtype):
 
 def test_results_do_not_depend_on_position_length_or_strides():
     x, y, z = pt.vectors("x", "y", "z")
-    outs = [pt.exp(x) * y + z, pt.sigmoid(x), pt.softplus(x) + pt.tanh(y), pt.log1p(pt.abs(x)) + pt.expm1(z)]
+    outs = [
+        pt.exp(x) * y + z, pt.sigmoid(x), pt.softplus(x) + pt.tanh(y), pt.log1p(pt.abs(x)) + pt.expm1(z),
+        pt.gammaln(x) + pt.psi(y) + pt.tri_gamma(z),  # x, y, z < 0: libm lanes, reflections
+    ]  # fmt: skip
     fn = compile_fn([x, y, z], outs, "policy_default", cache_key="repro")
     rng = np.random.default_rng(5)
     probe = rng.standard_normal((3, 5)) * 4  # five probe elements per input
@@ -101,6 +104,38 @@ def test_results_do_not_depend_on_position_length_or_strides():
         where = int(np.flatnonzero(np.arange(41)[view] == 6)[0])
         res = [o[where] for o in fn(*(a[view] for a in base))]
         assert np.array_equal(np.array(res), reference[0]), view
+
+
+def test_matrices_with_short_rows_give_the_vector_bits_in_every_layout():
+    """(n, 5) matrices run the flat 1-d loop when C-contiguous and the N-d nest otherwise
+    (F order, strided, broadcast): every element has the bits of the same value in a vector."""
+    X, Y = pt.matrices("X", "Y")
+    row = pt.row("row")
+    outs = [pt.exp(X) * Y + 1.0, pt.log(pt.abs(X)), pt.sigmoid(X - row)]
+    fn = compile_fn([X, Y, row], outs, "policy_default", cache_key="short_rows")
+    x, y, r = pt.vectors("x", "y", "r")
+    vec = compile_fn([x, y, r], [pt.exp(x) * y + 1.0, pt.log(pt.abs(x)), pt.sigmoid(x - r)], "policy_default", cache_key="short_rows_vec")
+    rng = np.random.default_rng(11)
+    Xv, Yv = rng.standard_normal((3001, 5)) * 5, rng.standard_normal((3001, 5))
+    rv = rng.standard_normal((1, 5))
+    flat_ref = vec(Xv.ravel(), Yv.ravel(), np.tile(rv, (3001, 1)).ravel())
+    for label, (a, b) in {
+        "C": (Xv, Yv),
+        "F": (np.asfortranarray(Xv), np.asfortranarray(Yv)),
+        "strided": (np.repeat(Xv, 2, axis=1)[:, ::2], np.repeat(Yv, 2, axis=1)[:, ::2]),
+    }.items():
+        got = fn(a, b, rv)
+        for g, want in zip(got, flat_ref, strict=True):
+            assert np.array_equal(np.asarray(g).ravel(), want), label
+            assert np.asarray(g).shape == (3001, 5)
+    # an inplace kernel (on the Dot's output) takes the flat path too
+    A, B = pt.matrices("A", "B")
+    inplace = compile_fn([A, B], [pt.exp(A @ B) + 1.0], "policy_default", cache_key="short_rows_inplace")
+    assert any(n.op.destroy_map for n in policy_nodes(inplace))
+    Av, Bv = rng.standard_normal((3001, 3)), rng.standard_normal((3, 5))
+    d = compile_fn([A, B], [A @ B], "stock_strict", cache_key="short_rows_dot")(Av, Bv)[0]
+    want = vec(d.ravel(), np.ones(d.size), np.zeros(d.size))[0]
+    assert np.array_equal(inplace(Av, Bv)[0].ravel(), want)
 
 
 def test_strict_and_zero_budget_policies_keep_scalar_libm(tmp_path):
@@ -138,7 +173,7 @@ def test_comparison_cone_keeps_scalar_libm():
 
 
 _TARGET_SCRIPT = """
-import re, sys, numpy as np, pytensor, pytensor.tensor as pt
+import hashlib, re, sys, numpy as np, pytensor, pytensor.tensor as pt
 import ptnumba_codegen
 from ptnumba_codegen.lowering import vector_math
 if sys.argv[1] == "nolibmvec":
@@ -156,6 +191,10 @@ ir = "\\n".join(fn.vm.jit_fn.inspect_llvm().values())
 print(sorted(set(re.findall(r"@(_ZGV\\w+)\\(", ir))))
 print(vector_math.target_isa(), float(np.max(np.abs(fn(v) - ref(v)) / np.abs(ref(v)))))
 print(bool(np.array_equal(fn(v), ref(v))))
+with pytensor.config.change_flags(numba__cache=False):
+    special = pytensor.function([x], [pt.gammaln(x), pt.psi(x), pt.tri_gamma(x)], mode=ptnumba_codegen.policy_mode("default"))
+w = np.linspace(-7.3, 40, 2001)
+print(hashlib.sha256(np.concatenate(special(w)).tobytes()).hexdigest())
 """
 
 
@@ -171,21 +210,44 @@ def _run_target(mode, env_extra):
     return out
 
 
+SPECIAL_FUNCTIONS = ("gammaln", "psi", "tri_gamma")
+
+
+def _special(values, dtype="float64", backend="policy_default"):
+    """gammaln, psi, tri_gamma of ``values`` from the shared all-functions function."""
+    # scipy's polygamma (stock tri_gamma) never returns for some huge negative arguments
+    safe = np.where(values < -1e15, -1e17, values).astype(values.dtype)
+    xs = [safe if name == "tri_gamma" else values if name in SPECIAL_FUNCTIONS else np.ones_like(values) for name in PT]
+    with np.errstate(all="ignore"):
+        outs = dict(zip(PT, vector_fn(dtype, backend)(*xs), strict=True))
+    return [np.asarray(outs[name]) for name in SPECIAL_FUNCTIONS]
+
+
+def _special_digest():
+    import hashlib
+
+    return hashlib.sha256(np.concatenate(_special(np.linspace(-7.3, 40, 2001))).tobytes()).hexdigest()
+
+
 def test_avx2_target_uses_the_avx2_variants():
     from numba.core.codegen import get_host_cpu_features
 
     features = [f for f in get_host_cpu_features().split(",") if not f.startswith("+avx512")]
     features = [f"-{f[1:]}" if f.startswith("+avx512") else f for f in features]
-    calls, isa_err, _same = _run_target("avx2", {"NUMBA_CPU_FEATURES": ",".join(features), "NUMBA_CPU_NAME": "haswell"})
+    calls, isa_err, _same, special = _run_target(
+        "avx2", {"NUMBA_CPU_FEATURES": ",".join(features), "NUMBA_CPU_NAME": "haswell"}
+    )
     assert calls == "['_ZGVdN4v_exp', '_ZGVdN4v_log1p']"
     isa, err = isa_err.split()
     assert isa == "d" and float(err) < 1e-15
+    assert special == _special_digest()  # lgamma/digamma: pure IEEE formulas, the same bits
 
 
 def test_without_libmvec_results_are_scalar_libm():
-    calls, isa_err, same = _run_target("nolibmvec", {})
+    calls, isa_err, same, special = _run_target("nolibmvec", {})
     assert calls == "[]"
     assert same == "True"  # scalar libm with the default policy's flags: stock fastmath's bits
+    assert special == _special_digest()  # lgamma/digamma need no libmvec
 
 
 def test_switch_branches_give_vector_calls_safe_arguments():
@@ -203,3 +265,58 @@ def test_switch_branches_give_vector_calls_safe_arguments():
         finite = np.isfinite(b)
         np.testing.assert_array_equal(a[~finite & ~np.isnan(b)], b[~finite & ~np.isnan(b)])
         np.testing.assert_allclose(a[finite], b[finite], rtol=1e-15)
+
+
+def _edges(dtype):
+    """lgamma/digamma/trigamma arguments at every region boundary and special value of the formulas."""
+    f = np.dtype(dtype).type
+    pts = [0.5 * k for k in range(1, 18)] + [1.4616321449683622, 1e-300, 2.0**-1022, 2.0**-500, 1e305, 2.0**52, 2.0**53 + 2]
+    with np.errstate(all="ignore"):
+        pts = [f(p) for p in pts if np.isfinite(f(p)) and f(p) != 0]
+    vals = [np.nextafter(p, -np.inf) for p in pts] + pts + [np.nextafter(p, np.inf) for p in pts]
+    vals += [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, -5e-324, 5.5e-309, 5.6e-309, 1e-45, -1e-45,
+             -1e-300, -1.0, -2.0, -37.0, -0.5, -2.5, -4e15 - 0.5, -2.0**52, -1e17, -1e300, 2.55e305, 2.5564e305,
+             2.6e305, 1e306, 1.7e308, 4e36, 1e36, 3e38]  # fmt: skip
+    with np.errstate(all="ignore"):
+        return np.array(vals, dtype=np.float64).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_special_function_edges_match_stock_and_mpmath(dtype):
+    v = _edges(dtype)
+    got, ref = _special(v, dtype), _special(v, dtype, "stock_strict")
+    v64 = v.astype(np.float64)  # the formulas' domain is checked in float64
+    libm_lanes = ~((v64 >= 2.0**-1022) & (v64 < (1e305 if dtype == "float64" else 1e36)))
+    for name, g, r in zip(SPECIAL_FUNCTIONS, got, ref, strict=True):
+        label = f"{name} {dtype}"
+        special = ~np.isfinite(r) | (r == 0)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(r), err_msg=f"{label} NaN at {v}")
+        np.testing.assert_array_equal(g[special], r[special], err_msg=f"{label} at {v[special]}")
+        np.testing.assert_array_equal(np.signbit(g[special]), np.signbit(r[special]), err_msg=label)
+        if name == "gammaln":  # outside the formula's domain: glibc's lgamma itself
+            np.testing.assert_array_equal(g[libm_lanes], r[libm_lanes], err_msg=label)
+        bound = ulp_bound(accuracy.VECTOR_NAME[name], dtype)
+        check = ~special & (v > 0)
+        err = accuracy.max_ulp(name, v[check], g[check])
+        assert err <= bound, f"{label}: {err:.2f} ulp > {bound}"
+        neg = ~special & (v < 0) & (v > -1e15)  # the reflections: vs scipy's own
+        np.testing.assert_allclose(g[neg], r[neg], rtol=1e-13, err_msg=label)
+
+
+def test_gammaln_psi_of_integers_are_vectorized():
+    # gammaln(y + 1) of integer data (pm.Data): stock converts to float inside math.lgamma
+    i64, i32, i8 = pt.vector("a", dtype="int64"), pt.vector("b", dtype="int32"), pt.vector("c", dtype="int8")
+    ins, outs = [i64, i32, i8], [pt.gammaln(i64 + 1), pt.psi(i32), pt.gammaln(i8)]
+    fn = compile_fn(ins, outs, "policy_default", cache_key="int_special")
+    labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+    assert sorted(lab for lab in labels if lab) == ["vector digamma (float64)", "vector lgamma (float32)",
+                                                    "vector lgamma (float64)"]  # fmt: skip
+    vals = [np.array([0, 1, 5, 2**40, -3, 2**62], dtype="int64"), np.array([0, 1, 7, -2, 2**31 - 1], dtype="int32"),
+            np.array([-128, -1, 0, 1, 2, 127], dtype="int8")]  # fmt: skip
+    with np.errstate(all="ignore"):
+        got, ref = fn(*vals), compile_fn(ins, outs, "stock_strict", cache_key="int_special")(*vals)
+    for g, r in zip(got, ref, strict=True):
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(np.isfinite(g), np.isfinite(r))
+        np.testing.assert_array_equal(g[~np.isfinite(r)], r[~np.isfinite(r)])
+        np.testing.assert_allclose(g[np.isfinite(r)], r[np.isfinite(r)], rtol=4 * np.finfo(g.dtype).eps)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from ptnumba_codegen.analysis import classify
+from ptnumba_codegen.analysis import analyze, relaxable_under
 from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
 from ptnumba_codegen.lowering.guards import branch_guards, emission_order
 from ptnumba_codegen.lowering.rules import plan_instr
@@ -25,6 +25,7 @@ class PlannedBody:
     emitters: tuple[Emitter, ...]
     guards: dict = field(default_factory=dict)  # see lowering.guards
     order: tuple[int, ...] = ()
+    robust: dict = field(default_factory=dict)  # instruction -> predicates it decides robustly
 
     @property
     def uses_vector_math(self) -> bool:
@@ -49,7 +50,8 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=()) -> Planned
     """Classify and plan every instruction; raises Unsupported if one cannot be lowered."""
     for d in (*program.input_dtypes, *program.output_dtypes):
         numba_type(d)
-    classes = classify(program, sensitive_outputs)
+    analysis = analyze(program, sensitive_outputs, relaxable_under(program, policy))
+    classes = analysis.classes
     flags, emitters = [], []
     for instr, klass in zip(program.instrs, classes, strict=True):
         instr_flags = policy.flags_for(klass, instr.op_name)
@@ -66,7 +68,13 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=()) -> Planned
         )
     guards = branch_guards(program, emitters)
     return PlannedBody(
-        program, classes, tuple(flags), tuple(emitters), guards, emission_order(program, guards)
+        program,
+        classes,
+        tuple(flags),
+        tuple(emitters),
+        guards,
+        emission_order(program, guards),
+        dict(analysis.robust),
     )
 
 

@@ -9,6 +9,7 @@ dtype, scalar results) are finished in the overload's generated Python source.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,8 +21,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ptnumba_codegen.lowering.base import numba_type
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
-from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop
-from ptnumba_codegen.lowering.parallel import split_decision
+from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
+from ptnumba_codegen.lowering.parallel import emit_chunked, split_decision
 from ptnumba_codegen.lowering.split_runtime import ensure_threading
 
 KERNEL_JIT_OPTIONS = {
@@ -58,6 +59,7 @@ class Finish:
 def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, split=None):
     """The intrinsic emitting the loop nest and the scalar body."""
     body_types = [numba_type(d) for d in planned.program.output_dtypes]
+    run_nest = functools.partial(emit_chunked, split=split) if chunked else None
 
     @intrinsic
     def loop(typingctx, inputs):
@@ -80,8 +82,7 @@ def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = F
                 values,
                 lambda b, scalars: emit_body(context, b, planned, scalars),
                 body_types,
-                chunked=chunked,
-                split=split,
+                run_nest=run_nest,
             )
 
         return ret(inputs), codegen
@@ -96,18 +97,29 @@ def build_kernel(
     finish: tuple[Finish, ...] | None = None,
     name: str = "policy_kernel",
     parallel=None,
+    yields_to: tuple[str, ...] = (),
 ):
     """Return a Python function (``python_impl`` without JIT) whose numba overload is the loop.
 
-    ``parallel`` (the policy's ``Parallel``) lets large loops split across threads. Every
+    ``parallel`` (the policy's ``Parallel``) lets large loops split across threads, unless
+    the function runs ops on other thread pools (``yields_to``, see `pools`). Every
     splittable loop is emitted the same way whatever ``parallel`` says, so the thread
     setting never changes a result bit; a body that calls stock functions is neither
     (they may need the GIL), nor a loop whose static shape is below the split threshold.
     """
-    chunked, split, _why = split_decision(spec, planned, parallel)
-    if split is not None and not ensure_threading():
-        split = None
-    loop = make_loop(spec, planned, name, chunked, split)
+    def loop_for(spec_):
+        chunked, split, _why = split_decision(spec_, planned, parallel, yields_to)
+        if split is not None and not ensure_threading():
+            split = None
+        return make_loop(spec_, planned, name, chunked, split)
+
+    loop = loop_for(spec)
+    # N-d loops over same-shape arrays with vector calls also get a 1-d loop over every
+    # element, run when the arrays are C-contiguous: LLVM vectorizes the innermost loop
+    # only, and a short innermost axis (5 classes) would leave every element to the
+    # scalar remainder, where each vector call does one lane's work (same bits, ~8x cost).
+    flat = flat_spec(spec) if planned.uses_vector_math else None
+    loop_flat = None if flat is None else loop_for(flat)
     n_out = len(spec.output_dtypes)
     finish = finish or tuple(Finish("as_is") for _ in range(n_out))
 
@@ -125,15 +137,40 @@ def build_kernel(
     copy_strided = planned.uses_vector_math
 
     def make_impl(input_types):
-        args = []
+        lines = []
         for k, ty in enumerate(input_types):
             strided = isinstance(ty, types.Array) and ty.layout == "A" and ty.ndim > 0
             if copy_strided and strided and k not in destroyed:
-                args.append(f"np.ascontiguousarray(inputs[{k}])")
+                lines.append(f"a{k} = np.ascontiguousarray(inputs[{k}])")
             else:
-                args.append(f"inputs[{k}]")
-        src = f"def impl(*inputs):\n    raw = loop(({''.join(a + ', ' for a in args)}))\n    return {ret}\n"
-        env = {"loop": loop, "np": np, "as_strided": as_strided}
+                lines.append(f"a{k} = inputs[{k}]")
+        args = "".join(f"a{k}, " for k in range(len(input_types)))
+        arrays = [k for k, ty in enumerate(input_types) if isinstance(ty, types.Array)]
+        if loop_flat is not None and arrays:
+            first = arrays[0]
+            same = " and ".join(
+                [f"a{k}.flags.c_contiguous" for k in arrays] + [f"a{k}.shape == a{first}.shape" for k in arrays[1:]]
+            )
+            flat_args = "".join(
+                f"a{k}.reshape(a{k}.size), " if k in arrays else f"a{k}, " for k in range(len(input_types))
+            )
+            inplace = dict(spec.inplace)
+            reshaped = [
+                f"a{inplace[i]}" if i in inplace else f"{r}.reshape(a{first}.shape)"
+                for i, r in enumerate(["flat"] if n_out == 1 else [f"flat[{i}]" for i in range(n_out)])
+            ]
+            lines += [
+                f"if {same}:",
+                f"    flat = loop_flat(({flat_args}))",
+                f"    raw = {reshaped[0] if n_out == 1 else '(' + ', '.join(reshaped) + ',)'}",
+                "else:",
+                f"    raw = loop(({args}))",
+            ]
+        else:
+            lines.append(f"raw = loop(({args}))")
+        body = "".join(f"    {line}\n" for line in lines)
+        src = f"def impl(*inputs):\n{body}    return {ret}\n"
+        env = {"loop": loop, "loop_flat": loop_flat, "np": np, "as_strided": as_strided}
         exec(compile(src, f"<{name}>", "exec"), env)
         return env["impl"]
 

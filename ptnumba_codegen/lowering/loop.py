@@ -45,6 +45,7 @@ class LoopSpec:
     inplace: tuple[tuple[int, int], ...] = ()  # (output index, input index)
     reduces: tuple[Reduce | None, ...] | None = None
     static_size: int | None = None  # elements of the iteration space, when the types fix it
+    static_shape: tuple[int | None, ...] | None = None  # its lengths the types fix (None: unknown)
 
     def reduce_of(self, i) -> Reduce | None:
         return None if self.reduces is None else self.reduces[i]
@@ -151,6 +152,24 @@ def _min_max_intrinsic(module, op: str, ty):
 ORDER_FREE = ("Maximum", "Minimum", "AND", "OR", "XOR")
 
 
+def flat_spec(spec: LoopSpec) -> LoopSpec | None:
+    """The 1-d loop over every element of an N-d loop (N >= 2) without broadcasting and
+    without reductions, or None."""
+    if spec.ndim < 2 or any(r is not None for r in (spec.reduces or ())):
+        return None
+    if any(any(bc) for bc in spec.input_bc if bc is not None) or any(any(bc) for bc in spec.output_bc):
+        return None
+    return LoopSpec(
+        ndim=1,
+        input_bc=tuple(None if bc is None else (False,) for bc in spec.input_bc),
+        output_bc=((False,),) * len(spec.output_dtypes),
+        output_dtypes=spec.output_dtypes,
+        inplace=spec.inplace,
+        static_size=spec.static_size,
+        static_shape=(spec.static_size,),
+    )
+
+
 def blockable(red: Reduce) -> bool:
     """A full reduction that may be summed in blocks: exact in any order (max/min, bit ops,
     integer add/mul), or a float accumulation the policy lets reassociate."""
@@ -197,14 +216,13 @@ def emit_loop(
     input_values,
     body: Callable[[object, list], list],
     body_output_types,
-    chunked: bool = False,
-    split=None,
+    run_nest: Callable | None = None,
 ):
     """Emit the whole kernel. ``body(builder, scalars) -> scalars`` emits one element.
 
-    ``chunked`` (only for loops with a ``split_axis``) emits the loop nest in a chunk
-    function (``lowering/parallel.py``); ``split`` (a ``parallel.Split``, or None) also
-    lets large loops run split across threads.
+    ``run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)`` emits
+    the code running the loop nest (``parallel.emit_chunked``: in a chunk function, maybe
+    split across threads); by default the nest is emitted inline.
     Returns the LLVM value of the kernel's result (one output, or a tuple).
     """
     one = context.get_constant(types.intp, 1)
@@ -223,6 +241,7 @@ def emit_loop(
         )
     else:
         iter_shape = [one] * spec.ndim
+    iter_shape = _checked_static_shape(context, builder, spec, iter_shape)
 
     output_types = spec.output_types(input_types)
     inplace = dict(spec.inplace)
@@ -245,12 +264,11 @@ def emit_loop(
         builder.function.args[0].add_attribute("noalias")
 
     nest = LoopNest(context, spec, input_types, output_types, body, body_output_types)
-    if chunked:
-        from ptnumba_codegen.lowering.parallel import emit_chunked
-
-        emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_shape, split)
+    if run_nest is not None:
+        run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)
     else:
-        nest.emit(builder, input_values, arrays, outputs, iter_shape, context.get_constant(types.intp, 0), iter_shape[0] if iter_shape else None, 0)
+        zero = context.get_constant(types.intp, 0)
+        nest.emit(builder, input_values, arrays, outputs, iter_shape, zero, iter_shape[0] if iter_shape else None, 0)
 
     values = []
     for i, (out, ty) in enumerate(zip(outputs, output_types, strict=True)):
@@ -265,6 +283,31 @@ def emit_loop(
     if len(values) == 1:
         return values[0]
     return context.make_tuple(builder, types.Tuple(output_types), values)
+
+
+def static_lengths(context, spec: LoopSpec, iter_shape) -> list:
+    """``iter_shape`` with every length the types fix as a constant: LLVM then knows the
+    trip count of a short axis (a softmax over 5 classes) and unrolls it, so the long
+    axis becomes the vectorized loop instead of leaving every element to the scalar
+    remainder."""
+    static = spec.static_shape or (None,) * len(iter_shape)
+    return [
+        length if fixed is None else context.get_constant(types.intp, fixed)
+        for length, fixed in zip(iter_shape, static, strict=True)
+    ]
+
+
+def _checked_static_shape(context, builder, spec: LoopSpec, iter_shape) -> list:
+    """`static_lengths`, after checking at run time that the arrays have those lengths."""
+    fixed = static_lengths(context, spec, iter_shape)
+    for d, (runtime, const) in enumerate(zip(iter_shape, fixed, strict=True)):
+        if runtime is const:
+            continue
+        with builder.if_then(builder.icmp_signed("!=", runtime, const), likely=False):
+            context.call_conv.return_user_exc(
+                builder, ValueError, (f"ptnumba_codegen: axis {d} does not have the static length {spec.static_shape[d]} of its type",)
+            )
+    return fixed
 
 
 @dataclass
@@ -341,4 +384,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "split_axis"]
+__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "flat_spec", "split_axis"]

@@ -28,14 +28,22 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
-from ptnumba_codegen.lowering.loop import combine, split_axis
+from ptnumba_codegen.lowering.loop import combine, split_axis, static_lengths
 from ptnumba_codegen.lowering.split_runtime import (
+    MEASURE_ONE_THREAD,
+    RECORD,
+    RECORD_TYPE,
+    SPLIT_DONE,
+    SPLIT_RAISED,
+    STATS_TYPE,
     TRY_SPLIT,
     TRY_SPLIT_TYPE,
     ceil_div,
+    read_cycles,
     smin,
 )
 from ptnumba_codegen.lowering.stamp import stamp
+from ptnumba_codegen.pools import yield_reason
 
 CHUNK_ALIGN = 64  # elements: 1-d chunk boundaries fall on whole cache lines
 # Splitting costs about 3 us (waking the threads); a transcendental call costs several
@@ -62,9 +70,10 @@ def split_for(parallel, planned) -> Split:
     return Split(parallel.threads, max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy)))
 
 
-def split_decision(spec, planned, parallel) -> tuple[bool, Split | None, str]:
+def split_decision(spec, planned, parallel, yields_to=()) -> tuple[bool, Split | None, str]:
     """``(chunked, split, why)`` for one kernel: whether its loop goes through a chunk
-    function, the static part of the split decision (None: never split), and why."""
+    function, the static part of the split decision (None: never split), and why.
+    ``yields_to``: the other thread pools of the kernel's function (`pools`)."""
     axis = split_axis(spec)
     if axis is None:
         return False, None, "never split: every axis is reduced or of length 1, or a full reduction must keep its order"
@@ -77,6 +86,8 @@ def split_decision(spec, planned, parallel) -> tuple[bool, Split | None, str]:
         return False, None, f"never split: its static size {spec.static_size} is below {split.min_elements} elements"
     if not parallel.enabled:
         return True, None, "never split: threads = 1"
+    if yields_to:
+        return True, None, f"never split: {yield_reason(yields_to)}"
     blocked = any(r is not None and r.scalar_acc for r in (spec.reduces or ()))
     cap = "numba.get_num_threads()" if split.threads == 0 else f"at most {split.threads}"
     how = f"in shape-fixed blocks along axis {axis}" if blocked else f"along axis {axis}"
@@ -130,6 +141,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     st = cb.bitcast(raw_state, state_ty.as_pointer())
     values = [cb.load(field(cb, st, k)) for k in range(n_in + n_out + nd)]
     in_vals, out_vals, shape = values[:n_in], values[n_in : n_in + n_out], values[n_in + n_out :]
+    shape = static_lengths(context, spec, shape)  # the chunk cannot see the kernel's constants
     c_arrays = {k: arrayobj.make_array(nest.input_types[k])(context, cb, in_vals[k]) for k in arrays}
     c_outputs = []
     for i, (ty, v) in enumerate(zip(nest.output_types, out_vals, strict=True)):
@@ -190,7 +202,12 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         combine_partials()
         return
 
-    # -- the helper decides and, if it splits, runs the chunks on numba's threads
+    # -- the helper decides and, if it splits, runs the chunks on numba's threads; the
+    # kernel's timing statistics (split_runtime: measured, not guessed) live in a global
+    stats = ir.GlobalVariable(module, STATS_TYPE, f"ptnumba_split_stats_{uuid.uuid4().hex}")
+    stats.linkage = "internal"
+    stats.initializer = ir.Constant(STATS_TYPE, None)
+    stats_p = builder.gep(stats, [i32(0), i32(0)])
     try_split = cgutils.get_or_insert_function(module, TRY_SPLIT_TYPE, TRY_SPLIT)
     outcome = builder.call(
         try_split,
@@ -205,10 +222,11 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
             intp(CHUNK_ALIGN if axis == nd - 1 else 1),  # the innermost axis: whole cache lines
             field(builder, state, CHUNK),
             field(builder, state, ERR),
+            stats_p,
         ],
     )
     if inplace:
-        with builder.if_then(builder.icmp_signed("==", outcome, i32(2)), likely=False):
+        with builder.if_then(builder.icmp_signed("==", outcome, i32(SPLIT_RAISED)), likely=False):
             context.call_conv.return_user_exc(
                 builder,
                 RuntimeError,
@@ -219,8 +237,12 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
                     ),
                 ),
             )
-    with builder.if_then(builder.icmp_signed("!=", outcome, i32(1))):
+    with builder.if_then(builder.icmp_signed("!=", outcome, i32(SPLIT_DONE))):
+        start = read_cycles(builder)
         run_on_this_thread()
+        with builder.if_then(builder.icmp_signed("==", outcome, i32(MEASURE_ONE_THREAD))):
+            record = cgutils.get_or_insert_function(module, RECORD_TYPE, RECORD)
+            builder.call(record, [stats_p, builder.sub(read_cycles(builder), start), total])
     combine_partials()
 
 

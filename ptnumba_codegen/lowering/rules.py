@@ -55,11 +55,14 @@ from ptnumba_codegen.lowering.formulas import (
 from ptnumba_codegen.lowering.vector_math import (
     FORMULA_ULP,
     _erf_formula,
+    _digamma_formula,
     _erfc_formula,
+    _lgamma_formula,
     _log1mexp_formula,
     _pow_formula,
     _sigmoid_formula,
     _softplus_formula,
+    _trigamma_formula,
     emit_vector,
     vector_dtype,
     vector_form,
@@ -236,6 +239,14 @@ def _second(context, builder, t, args):
     return _cast(context, builder, args[1], t.inputs[1], t.outputs[0])
 
 
+def _stock(t: Typed) -> Emitter:
+    """The stock backend's function for the instruction's op (see `stock_call`)."""
+    return stock_call(t.op)(t)
+
+
+_stock.kind = "stock"
+
+
 def _pick(plans: dict[str, Callable], choose: Callable[[Typed], str]):
     def plan(t: Typed) -> Emitter:
         return plans[choose(t)](t)
@@ -301,7 +312,9 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
     psm.Log1mexp: vector_form(
         python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula
     ),
-    psm.GammaLn: python(_lgamma),
+    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula, int_inputs=True),
+    psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula, int_inputs=True),
+    psm.TriGamma: vector_form(_stock, ("trigamma",), None, _trigamma_formula, int_inputs=True),
     psm.Erf: vector_form(python(_erf), ("erf",), None, _erf_formula),
     psm.Erfc: vector_form(python(_erfc), ("erfc",), None, _erfc_formula),
 }

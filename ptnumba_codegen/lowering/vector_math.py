@@ -17,6 +17,14 @@ How a call is emitted (verified on numba 0.68 / LLVM 22 / glibc 2.36):
 The ISA (AVX-512 ``e``, AVX2 ``d``) follows numba's compile target (it honours
 ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``). Without libmvec, without a symbol, or on a
 target without AVX2, `vector_call_available` is False and callers keep scalar libm.
+
+Functions libmvec lacks (lgamma, digamma) are vector functions this package defines
+itself (``special_functions.py``), called through the same scalar wrapper: the variant is
+a ``linkonce_odr alwaysinline`` definition instead of a declaration (numba's pipeline
+inlines it once the loop is vectorized), and it needs no libmvec, only AVX2/AVX-512 + FMA.
+Their formulas carry no fast-math flags, so the scalar wrapper runs a one-lane build of
+the same function instead of a splat: the same bits, at one lane's cost when a loop (or
+its remainder) does not vectorize.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from functools import cache
 import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
+from numba.core import types
 
 from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 
@@ -47,7 +56,19 @@ VECTOR_FUNCS: dict[str, tuple[int, dict[str, float]]] = {
     "sin": (1, {"float64": 3.0, "float32": 2.0}),
     "cos": (1, {"float64": 3.0, "float32": 2.0}),
     "pow": (2, {"float64": 1.5, "float32": 1.0}),
+    # defined by this package (special_functions.py), not by glibc; bounds for x > 0 (measured
+    # max 0.72 / 0.66 ulp in float64; float32 is computed in float64 and rounded once)
+    "lgamma": (1, {"float64": 1.0, "float32": 0.6}),
+    "digamma": (1, {"float64": 1.0, "float32": 0.6}),
+    "trigamma": (1, {"float64": 1.0, "float32": 0.6}),
 }
+
+
+def own_function(name: str):
+    """The IR body builder of a vector function this package defines, or None (libmvec's)."""
+    from ptnumba_codegen.lowering.special_functions import VECTOR_FUNCTIONS
+
+    return VECTOR_FUNCTIONS.get(name)
 
 
 @cache
@@ -61,13 +82,17 @@ def libmvec_loaded() -> bool:
     return True
 
 
-def target_isa() -> str | None:
-    """libmvec ISA letter for numba's JIT target: 'e' (AVX-512), 'd' (AVX2) or None."""
+def _target_features() -> set[str]:
     from numba.core import config
     from numba.core.codegen import get_host_cpu_features
 
     features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
-    features = set(features.split(","))
+    return set(features.split(","))
+
+
+def target_isa() -> str | None:
+    """libmvec ISA letter for numba's JIT target: 'e' (AVX-512), 'd' (AVX2) or None."""
+    features = _target_features()
     if "+avx512f" in features:
         return "e"
     if "+avx2" in features:
@@ -81,6 +106,8 @@ def _lanes(isa: str, dtype: str) -> int:
 
 def variant_name(name: str, dtype: str, isa: str) -> str:
     nargs = VECTOR_FUNCS[name][0]
+    if own_function(name) is not None:
+        return f"ptnumba_v{_lanes(isa, dtype)}_{name}{'f' if dtype == 'float32' else ''}_{isa}"
     return f"_ZGV{isa}N{_lanes(isa, dtype)}{'v' * nargs}_{name}{'f' if dtype == 'float32' else ''}"
 
 
@@ -95,11 +122,19 @@ def ulp_bound(name: str, dtype: str) -> float | None:
 
 
 def vector_call_available(name: str, dtype: str) -> bool:
-    """Can ``name`` on ``dtype`` be lowered to a libmvec variant on this target?"""
-    if ulp_bound(name, dtype) is None or not libmvec_loaded():
+    """Can ``name`` on ``dtype`` be lowered to a libmvec variant on this target?
+
+    The package's own vector functions need no libmvec, only an AVX2 or AVX-512 target with
+    FMA (their formulas use fused multiply-adds).
+    """
+    if ulp_bound(name, dtype) is None:
         return False
     isa = target_isa()
-    return isa is not None and _symbol_exists(variant_name(name, dtype, isa))
+    if isa is None:
+        return False
+    if own_function(name) is not None:
+        return "+fma" in _target_features()
+    return libmvec_loaded() and _symbol_exists(variant_name(name, dtype, isa))
 
 
 def _pure(fn: ir.Function):
@@ -125,6 +160,24 @@ def _keep_alive(module: ir.Module, fn: ir.Function):
     gv.initializer = ir.Constant(arr, elems)
 
 
+def _variant(module: ir.Module, name: str, dtype: str, vname: str, lanes: int) -> ir.Function:
+    """The vector variant ``vname`` of ``name`` (``lanes`` wide): libmvec's, declared, or
+    the package's own, defined here (the linker keeps one copy per process)."""
+    vfn = module.globals.get(vname)
+    if vfn is None:
+        fty = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+        vty = ir.VectorType(fty, lanes)
+        vfn = ir.Function(module, ir.FunctionType(vty, [vty] * VECTOR_FUNCS[name][0]), vname)
+        body = own_function(name)
+        if body is not None:
+            vfn.linkage = "linkonce_odr"
+            vfn.attributes.add("alwaysinline")  # numba inlines again after vectorizing
+            body(vfn, dtype)
+        _pure(vfn)
+        _keep_alive(module, vfn)
+    return vfn
+
+
 def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
     """Emit a scalar call the loop vectorizer maps onto ``name``'s libmvec variant."""
     isa = target_isa()
@@ -135,11 +188,8 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
     nargs = VECTOR_FUNCS[name][0]
 
     vname = variant_name(name, dtype, isa)
-    vfn = module.globals.get(vname)
-    if vfn is None:
-        vfn = ir.Function(module, ir.FunctionType(vty, [vty] * nargs), vname)
-        _pure(vfn)
-        _keep_alive(module, vfn)
+    vfn = _variant(module, name, dtype, vname, lanes)
+    own = own_function(name) is not None
 
     sname = f"ptnumba_mvec_{name}{'f' if dtype == 'float32' else ''}_{isa}"
     sfn = module.globals.get(sname)
@@ -149,12 +199,16 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
         sfn.attributes.add("noinline")
         _pure(sfn)
         b = ir.IRBuilder(sfn.append_basic_block())
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        undef = ir.Constant(vty, ir.Undefined)
+        # libmvec's variant on a splat; the package's own function in one lane: its formula
+        # has no fast-math flags, so one lane gives the bits of any lane of any width
+        width = 1 if own else lanes
+        callee = _variant(module, name, dtype, f"ptnumba_v1_{sname}", 1) if own else vfn
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width)
+        undef = ir.Constant(ir.VectorType(fty, width), ir.Undefined)
         splats = [
             b.shuffle_vector(b.insert_element(undef, a, ir.IntType(32)(0)), undef, zeros) for a in sfn.args
         ]
-        b.ret(b.extract_element(b.call(vfn, splats), ir.IntType(32)(0)))
+        b.ret(b.extract_element(b.call(callee, splats), ir.IntType(32)(0)))
 
     attrs = builder.function.attributes
     if not any(str(a).startswith('"prefer-vector-width"') for a in attrs):
@@ -211,17 +265,23 @@ def emit_vector(context, builder, name, dtype, args):
     return res
 
 
-def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula):
+def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formula, int_inputs: bool = False):
     """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``.
 
     ``formula`` builds the result with ``vm`` (a `VectorMath` of the chosen dtype); the
     formulas are branch-free (selects, with safe arguments on the lanes a select drops),
     so a vectorized loop never takes libmvec's slow per-lane fallback for them.
+    ``int_inputs``: integer inputs are converted to the float output's dtype first (right
+    where the stock function converts them itself, as ``math.lgamma`` does).
     """
 
     def plan(t: Typed) -> Emitter:
-        # float inputs only: integer inputs keep stock's integer semantics (e.g. -x wraps)
-        dtype = vector_dtype(t, needs, [*t.inputs, *t.outputs], bound)
+        # float inputs only, unless int_inputs: integer inputs keep stock's integer
+        # semantics (e.g. -x wraps)
+        loop_types = [*t.inputs, *t.outputs]
+        if int_inputs:
+            loop_types = [ty for ty in loop_types if not isinstance(ty, types.Integer)]
+        dtype = vector_dtype(t, needs, loop_types, bound)
         if dtype is None or len(t.outputs) != 1:
             return scalar_rule(t)
         fty = numba_type(dtype)
@@ -231,7 +291,8 @@ def vector_form(scalar_rule, needs: tuple[str, ...], bound: float | None, formul
             res = formula(VectorMath(context, builder, dtype), *xs)
             return [cast(context, builder, res, fty, t.outputs[0])]
 
-        emit.label = f"libmvec formula using {', '.join(needs)} ({dtype})"
+        own = all(own_function(n) is not None for n in needs)
+        emit.label = f"{'vector' if own else 'libmvec formula using'} {', '.join(needs)} ({dtype})"
         return emit
 
     plan.kind = f"{scalar_rule.kind} | vector formula"
@@ -294,6 +355,18 @@ def _erfc_formula(m: VectorMath, x):
 
 def _pow_formula(m: VectorMath, x, y):
     return m.call("pow", x, y)
+
+
+def _lgamma_formula(m: VectorMath, x):
+    return m.call("lgamma", x)
+
+
+def _digamma_formula(m: VectorMath, x):
+    return m.call("digamma", x)
+
+
+def _trigamma_formula(m: VectorMath, x):
+    return m.call("trigamma", x)
 
 
 # Measured error bounds (ulp) of the formulas on top of the variants' own errors

@@ -1,0 +1,182 @@
+"""Decisions that cannot depend on a few ulps: which (predicate, producer) pairs decide
+identically under the budgeted lowering (pure Python, no numba).
+
+A decision rarely needs the exact *value* of its input; it needs the exact outcome of a
+*predicate* on it. ``x >= 0`` needs to know whether x >= 0, ``isnan(x)`` whether x is
+NaN. When the producer of x is a function whose every allowed implementation (libm, the
+libmvec variant within the policy's budget, the vector formula) gives that predicate the
+same outcome for every input, the producer need not be strict: only what the predicate
+then asks of *its* inputs must be. ``sigmoid(v) >= 0`` is true for every v but NaN,
+under any implementation that stays in [0, 1] and is NaN exactly for NaN, so sigmoid may
+be vectorized and only v's NaN pattern must be exact.
+
+Requirements on a value (what the analysis propagates backward):
+
+* ``EXACT``: the value itself, bit for bit as strict computes it;
+* ``("cmp", op, c)``: the outcome of ``value op c`` for a constant c, op in lt le gt ge eq ne;
+* ``("nan",)``: whether the value is NaN.
+
+`RULES` maps a producer op class to the rule that translates a predicate on its output
+into requirements on its inputs, or says it cannot (``None``: the producer stays strict).
+Every row is backed by tests at its boundaries (``tests/test_robust.py``): special values,
+the overflow/underflow thresholds of libm and of the vector variants, and random inputs.
+
+A rule assumes the producer keeps IEEE NaN and infinity semantics: it is only used when
+the producer's flags under the policy include neither ``nnan`` nor ``ninf``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+
+from pytensor.scalar import basic as ps
+from pytensor.scalar import math as psm
+
+EXACT = "exact"
+NAN = ("nan",)
+COMPARISONS: dict[str, Callable] = {
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+    "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
+}  # fmt: skip
+# the comparison with its operands swapped: c < v  <=>  v > c
+SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+# decision op class -> the comparison it makes
+DECISION_COMPARISONS: dict[type, str] = {
+    ps.LT: "lt", ps.LE: "le", ps.GT: "gt", ps.GE: "ge", ps.EQ: "eq", ps.NEQ: "ne",
+}  # fmt: skip
+
+# Flags under which IEEE NaN/infinity semantics no longer hold: rules do not apply.
+BREAKING_FLAGS = frozenset({"nnan", "ninf"})
+
+
+def cmp(op: str, c: float):
+    """The canonical predicate ``value op c`` (comparisons with +-inf rewritten as eq/ne)."""
+    c = float(c)
+    if c == math.inf:
+        op = {"ge": "eq", "lt": "ne", "gt": None, "le": None}.get(op, op)
+    elif c == -math.inf:
+        op = {"le": "eq", "gt": "ne", "lt": None, "ge": None}.get(op, op)
+    if op is None:  # v > inf, v <= inf, ...: decided by the NaN pattern alone
+        return NAN
+    return ("cmp", op, c)
+
+
+def comparison_needs(op_class: type, operands: list[float | None]) -> list[object] | None:
+    """Requirements a comparison puts on its two operands (a float for a constant operand,
+    None for a computed one), or None when both are computed (each must be EXACT)."""
+    name = DECISION_COMPARISONS[op_class]
+    left, right = operands
+    if left is None and right is not None:
+        return [cmp(name, right), None]
+    if right is None and left is not None:
+        return [None, cmp(SWAPPED[name], left)]
+    return None
+
+
+# -- the table --------------------------------------------------------------------------
+
+# Functions whose every implementation stays in [lo, hi] (inclusive: rounding reaches the
+# ends) and is NaN exactly where the input is NaN.
+RANGES: dict[type, tuple[float, float, str]] = {
+    psm.Sigmoid: (0.0, 1.0, "1/(1+exp(-x)): exp >= 0 gives a denominator >= 1"),
+    ps.Exp: (0.0, math.inf, "exp underflows to +0 and overflows to +inf, never below 0"),
+    psm.Softplus: (0.0, math.inf, "log1p(exp(x)), and the vector form max(x,0)+log1p(exp(-|x|)), are >= 0"),
+    ps.Tanh: (-1.0, 1.0, "libm and libmvec tanh saturate at +-1"),
+    psm.Erf: (-1.0, 1.0, "erf saturates at +-1"),
+    psm.Erfc: (0.0, 2.0, "erfc saturates at 0 and 2"),
+}
+
+
+def _constant_on(pred, lo: float, hi: float) -> bool:
+    """Whether ``value op c`` has one outcome for every value in [lo, hi]."""
+    _, op, c = pred
+    if op in ("eq", "ne"):
+        return not (lo <= c <= hi)
+    test = COMPARISONS[op]
+    return test(lo, c) == test(hi, c)
+
+
+def _range_rule(op_class):
+    lo, hi, _why = RANGES[op_class]
+
+    def rule(pred, n_inputs):
+        if pred == NAN or (pred[0] == "cmp" and _constant_on(pred, lo, hi)):
+            return [{NAN}] * n_inputs
+        return SPECIAL.get(op_class, _none)(pred, n_inputs)
+
+    return rule
+
+
+def _none(pred, n_inputs):
+    return None
+
+
+def _neg(pred, n_inputs):
+    """-x op c  <=>  x swap(op) -c: exact in every implementation."""
+    if pred == NAN:
+        return [{NAN}]
+    _, op, c = pred
+    return [{cmp(SWAPPED[op], -c)}]
+
+
+def _softplus_special(pred, n_inputs):
+    # softplus(x) == inf exactly for x == inf (x >= 33.3 returns x itself; the vector
+    # form adds a finite log1p term to max(x, 0))
+    if pred[1] in ("eq", "ne") and pred[2] == math.inf:
+        return [{cmp("eq", math.inf)}]
+    return None
+
+
+def _log(pred, n_inputs):
+    # log(x) is -inf exactly at x == +-0 (subnormals give finite logs), NaN exactly for
+    # x < 0 or NaN, in libm and in the libmvec variants
+    if pred == NAN:
+        return [{cmp("lt", 0.0), NAN}]
+    if pred[1] in ("eq", "ne") and pred[2] == -math.inf:
+        return [{cmp("eq", 0.0), NAN}]
+    return None
+
+
+def _exp_special(pred, n_inputs):
+    # exp(x) == 0 (underflow) and exp(x) == inf (overflow) switch at the same x in libm and
+    # in the libmvec variants (tested at the thresholds): only x itself must be exact
+    if pred[1] in ("eq", "ne", "gt", "le") and pred[2] == 0.0:
+        return [{EXACT}]
+    if pred[1] in ("eq", "ne") and pred[2] == math.inf:
+        return [{EXACT}]
+    return None
+
+
+SPECIAL: dict[type, Callable] = {
+    psm.Softplus: _softplus_special,
+    ps.Exp: _exp_special,
+}
+
+# producer op class -> rule(predicate, number of inputs) -> [requirements per input] | None
+RULES: dict[type, Callable] = {
+    **{op_class: _range_rule(op_class) for op_class in RANGES},
+    ps.Neg: _neg,
+    ps.Log: _log,
+}
+
+
+_SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def describe(req) -> str:
+    """``exact``, ``NaN pattern``, ``>= 0``: a requirement for explain."""
+    if req == EXACT:
+        return "exact"
+    if req == NAN:
+        return "NaN pattern"
+    return f"{_SYMBOLS[req[1]]} {req[2]:g}"
+
+
+def input_needs(op, pred, n_inputs: int) -> list[set] | None:
+    """What a predicate on ``op``'s output asks of its inputs, or None (op must be strict)."""
+    if pred == EXACT:
+        return None
+    rule = RULES.get(type(op))
+    return None if rule is None else rule(pred, n_inputs)
