@@ -63,6 +63,7 @@ from ptnumba_codegen.decisions import (
 )
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.pools import pools_used
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -99,7 +100,9 @@ class AsWrittenPass(GraphRewriter):
         policy = load_policy(self.policy)
         if not policy.as_written:
             return
-        frozen = freeze_graph(fgraph, policy)
+        # the thread pools the whole function runs ops on: an opaque copy's kernels yield
+        # to them as the function's other kernels do (decided when they are compiled)
+        frozen = freeze_graph(fgraph, policy, pools_used(fgraph))
         if frozen and log.isEnabledFor(logging.INFO):
             log.info("%s", summarize(frozen, policy))
 
@@ -211,23 +214,24 @@ def cone_leaves(roots) -> tuple[list, set]:
     return leaves, seen
 
 
-def freeze_graph(fgraph, policy: Policy) -> list:
+def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> list:
     """Freeze every decision of ``fgraph`` (in place); the new `AsWritten` nodes, inner
-    graphs' included."""
+    graphs' included. ``outer_pools``: the thread pools the function runs ops on (`pools`),
+    which the kernels of opaque copies yield to like every other kernel of it."""
     fgraph.attach_feature(ReplaceValidate())
     frozen = []
     for node in fgraph.toposort():
         if node not in fgraph.apply_nodes:
             continue  # an earlier replacement pruned it
         if isinstance(node.op, INNER_GRAPH_OPS):
-            node = _freeze_inner_graph(fgraph, node, policy, frozen)
-        new = freeze(fgraph, node, policy)
+            node = _freeze_inner_graph(fgraph, node, policy, frozen, outer_pools)
+        new = freeze(fgraph, node, policy, outer_pools)
         if new is not None:
             frozen.append(new)
     return frozen
 
 
-def freeze(fgraph, node, policy: Policy):
+def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = ()):
     """Freeze ``node``'s decision (or its decision inputs) if it needs it; the new node or None."""
     rule = decision_rule(node)
     if rule is None:
@@ -239,14 +243,14 @@ def freeze(fgraph, node, policy: Policy):
     if not computed and not self_compared:
         return None
     if kind == "node":
-        return _freeze_node(fgraph, node, roots, policy)
-    return _freeze_inputs(fgraph, node, positions, computed, policy)
+        return _freeze_node(fgraph, node, roots, policy, outer_pools)
+    return _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools)
 
 
-def _freeze_inner_graph(fgraph, node, policy, frozen: list):
+def _freeze_inner_graph(fgraph, node, policy, frozen: list, outer_pools):
     """Freeze the decisions inside a container's inner graph; the (possibly new) node."""
     inner = node.op.fgraph.unfreeze()
-    found = freeze_graph(inner, policy)
+    found = freeze_graph(inner, policy, outer_pools)
     if not found:
         return node
     frozen.extend(found)
@@ -257,14 +261,16 @@ def _freeze_inner_graph(fgraph, node, policy, frozen: list):
     return new
 
 
-def _freeze_node(fgraph, node, roots, policy):
+def _freeze_node(fgraph, node, roots, policy, outer_pools):
     leaves, cone = cone_leaves(roots)
     for var in node.inputs:  # the node's other inputs are read as they are (unless in the cone)
         if var not in cone and not isinstance(var, Constant):
             cone.add(var)
             leaves.append(var)
     label = str(node.op)
-    op = AsWritten(FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=label, kind="decision")
+    op = AsWritten(
+        FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=label, kind="decision", outer_pools=outer_pools
+    )
     new = op.make_node(*leaves)
     for old, out in zip(node.outputs, new.outputs, strict=True):
         out.name = old.name
@@ -272,11 +278,11 @@ def _freeze_node(fgraph, node, roots, policy):
     return new
 
 
-def _freeze_inputs(fgraph, node, positions, computed, policy):
+def _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools):
     values = list(dict.fromkeys(computed))
     leaves, _ = cone_leaves(values)
     label = f"inputs {[p for p in positions if node.inputs[p] in values]} of {node.op}"
-    op = AsWritten(FrozenFunctionGraph.from_io(leaves, values), policy, label=label, kind="inputs")
+    op = AsWritten(FrozenFunctionGraph.from_io(leaves, values), policy, label=label, kind="inputs", outer_pools=outer_pools)
     new = op.make_node(*leaves)
     for p in positions:
         if node.inputs[p] in values:

@@ -66,8 +66,10 @@ def inner_policy(policy: Policy) -> Policy:
 
 
 @cache
-def inner_mode(policy: Policy) -> Mode:
-    """The reference's rewrites, the value-preserving fusion, the generator under strict."""
+def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
+    """The reference's rewrites, the value-preserving fusion, the generator under strict
+    (its kernels yield to the pools of the inner graph and to ``outer_pools``, those of the
+    function the copy is part of)."""
     return (
         Mode(linker="numba", optimizer=None)
         .excluding(TAG)  # never the policy's own rewrites (no as-written pass inside)
@@ -75,7 +77,7 @@ def inner_mode(policy: Policy) -> Mode:
             (MergeOptimizer(), MERGE_POSITION),
             (dfs_rewriter(fold_exact_constants), MERGE_POSITION + 0.01),
             (FusionOptimizer(), FUSION_POSITION),
-            (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS), POSITION),
+            (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
         )
     )
 
@@ -88,7 +90,7 @@ def lowering_graph(op: AsWritten):
         op._guards = add_overflow_guards(graph, op.kind)
         specs = [In(x, borrow=True, mutable=False) for x in graph.inputs]
         add_supervisor_to_fgraph(fgraph=graph, input_specs=specs, accept_inplace=True)
-        inner_mode(op.policy).optimizer.rewrite(graph)
+        inner_mode(op.policy, op.outer_pools).optimizer.rewrite(graph)
         # the op declares no view_map: its outputs must not alias its inputs
         insert_deepcopy(graph, wrapped_inputs=specs, wrapped_outputs=[Out(o, borrow=False) for o in graph.outputs])
         op._lowering = graph

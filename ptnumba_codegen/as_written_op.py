@@ -31,16 +31,27 @@ class AsWritten(Op):
     """A decision and its cone (``kind="decision"``), or the cones of some decision inputs
     of a node that stays (``kind="inputs"``), computed as written.
 
-    ``fgraph`` and ``policy`` are its identity (the policy's threads setting reaches the
-    inner kernels); ``label`` and ``kind`` only describe it.
+    ``fgraph``, ``policy`` and ``outer_pools`` are its identity (the policy's threads setting
+    reaches the inner kernels; ``outer_pools`` names the thread pools the function it is
+    part of runs ops on, `ptnumba_codegen.pools`, so its kernels yield to them as the
+    function's other kernels do);
+    ``label`` and ``kind`` only describe it.
     """
 
-    __props__ = ("fgraph", "policy")
+    __props__ = ("fgraph", "policy", "outer_pools")
     _CACHES = ("_perform_fn", "_lowering", "_inner_shape_template", "_inner_shape_frozen")
 
-    def __init__(self, fgraph: FrozenFunctionGraph, policy: Policy, label: str = "", kind: str = "decision"):
+    def __init__(
+        self,
+        fgraph: FrozenFunctionGraph,
+        policy: Policy,
+        label: str = "",
+        kind: str = "decision",
+        outer_pools: tuple[str, ...] = (),
+    ):
         self.fgraph = fgraph
         self.policy = policy
+        self.outer_pools = tuple(outer_pools)
         self.label = label
         self.kind = kind
 

@@ -42,16 +42,24 @@ class PolicyCodegen(GraphRewriter):
     ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
 
     ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
-    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes. The
+    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes;
+    ``outer_pools`` names thread pools (`pools.POOLS`) used besides the graph's own (an
+    as-written copy's inner graph: those of the function it is part of). The
     instance registered in ``optdb`` (`KERNELS`) is the process-wide switch's:
     `ptnumba_codegen.enable` sets its ``policy`` and `ptnumba_codegen.disable` resets it to
     None (see ``switch.py``).
     """
 
-    def __init__(self, policy: str | Policy | None = None, kinds: tuple[type, ...] | None = None):
+    def __init__(
+        self,
+        policy: str | Policy | None = None,
+        kinds: tuple[type, ...] | None = None,
+        outer_pools: tuple[str, ...] = (),
+    ):
         super().__init__()
         self.policy = policy
         self.kinds = kinds
+        self.outer_pools = tuple(outer_pools)
 
     def add_requirements(self, fgraph):
         pass
@@ -61,7 +69,7 @@ class PolicyCodegen(GraphRewriter):
         sensitive = sensitive_variables(fgraph, policy)
         if policy.parallel.enabled:
             ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool
-        yields = pools_to_yield_to(fgraph) if policy.parallel.enabled else ()
+        yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
         taken = []
         for node in fgraph.toposort():
             if is_policy_op(node.op) or planner_for(node.op) is None:

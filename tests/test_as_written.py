@@ -6,6 +6,7 @@ issue's two examples, the structure of the frozen copies (nothing rewrote them, 
 nesting, input-only freezing), pickling and caching, other linkers, explain.
 """
 
+import dataclasses
 import logging
 import math
 import pickle
@@ -99,6 +100,27 @@ def test_a_robust_decision_still_gets_its_copy():
     classes = {i.op_name: k for i, k in zip(body.program.instrs, body.classes, strict=True)}
     assert classes["Sigmoid"] == "transcendental"  # let go by the robust rule
     assert classes["Mul"] == classes["Exp"] == classes["GE"] == "comparison_sensitive"
+
+
+def test_opaque_copies_yield_to_the_pools_of_their_function(monkeypatch):
+    """An opaque copy's kernels are compiled from its inner graph alone; they still do not
+    split beside the function's BLAS calls, exactly like the function's other kernels."""
+    from ptnumba_codegen import pools
+    from ptnumba_codegen.as_written_lowering import lowering_graph
+    from ptnumba_codegen.lowering.split_runtime import ensure_threading
+    from ptnumba_codegen.ops import is_policy_op
+
+    ensure_threading()  # may mark OpenBLAS shared; then pretend it is not, with 2 threads
+    monkeypatch.setattr(pools, "_SHARED", set())
+    monkeypatch.setattr(pools, "POOLS", tuple(dataclasses.replace(p, threads=lambda: 2) for p in pools.POOLS))
+    X, beta, x = pt.matrix("X"), pt.vector("beta"), pt.vector("x")
+    outs = [X @ beta + x, pt.gt((pt.exp(x) * 2.0).sum(), 1.0)]  # the sum keeps the copy opaque
+    fn = pytensor.function([X, beta, x], outs, mode=ptnumba_codegen.policy_mode("as_written"))
+    [copy] = frozen(fn)
+    assert copy.op.outer_pools == ("OpenBLAS",)
+    outer = {n.op.yields_to for n in fn.maker.fgraph.toposort() if is_policy_op(n.op)}
+    inner = {n.op.yields_to for n in lowering_graph(copy.op).toposort() if is_policy_op(n.op)}
+    assert outer == inner == {("OpenBLAS",)}
 
 
 def test_the_frozen_cone_is_the_graph_as_written_and_the_rest_is_rewritten():
