@@ -22,6 +22,9 @@ from ptnumba_codegen.explain import explain
 from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
 from ptnumba_codegen.switch import disable, enable, enabled, enabled_policy, is_enabled
 
+# A bad $PTNUMBA_CODEGEN_POLICY is an error now, not a stock function later.
+load_policy(None)
+
 __all__ = [
     "AsWritten",
     "ENV_VAR",

@@ -62,7 +62,7 @@ from ptnumba_codegen.decisions import (
     leaf_reason,
 )
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
-from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
 from ptnumba_codegen.pools import pools_used
 
 log = logging.getLogger("ptnumba_codegen")
@@ -97,7 +97,10 @@ class AsWrittenPass(GraphRewriter):
         fgraph.attach_feature(ReplaceValidate())
 
     def apply(self, fgraph):
-        policy = load_policy(self.policy)
+        try:
+            policy = load_policy(self.policy)
+        except PolicyError as err:  # raised through PyTensor's rewrite sequence, not skipped
+            raise PolicyLoadError(str(err)) from None
         if not policy.as_written:
             return
         # the thread pools the whole function runs ops on: an opaque copy's kernels yield

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import weakref
 
 from pytensor import config
 from pytensor.link.numba.dispatch.basic import (
@@ -21,13 +22,31 @@ from ptnumba_codegen.ops import on_policy_class
 log = logging.getLogger("ptnumba_codegen")
 
 
+# node -> why its kernel fell back when numba compiled it (kernel.guarded)
+_COMPILE_FAILURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def fallback_reason(node) -> str | None:
-    """Why the generator leaves ``node`` to the stock implementation (None if it does not)."""
+    """Why the generator leaves ``node`` to the stock implementation (None if it does not).
+
+    A node the generator plans but fails to compile falls back when numba compiles the
+    function (its first call); its reason is known from then on."""
     try:
         plan_node(node)
     except Unsupported as err:
         return str(err)
-    return None
+    return _COMPILE_FAILURES.get(node)
+
+
+def compile_fallback(op, node, **kwargs):
+    """``fallback(reason)`` for `build_kernel`: record, log, return the stock kernel."""
+
+    def fallback(reason: str):
+        _COMPILE_FAILURES[node] = reason
+        fn, _key = stock_fallback(op, node, reason, **kwargs)
+        return fn
+
+    return fallback
 
 
 def cache_key(*parts) -> str:
@@ -71,10 +90,11 @@ def stock_loop(op, node, plan: KernelPlan, **kwargs):
     return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
 
 
-def build(node, plan: KernelPlan):
+def build(node, plan: KernelPlan, **kwargs):
     name = f"policy_{type(node.op).stock_class.__name__.lower()}"
+    fallback = compile_fallback(node.op, node, **kwargs)
     if plan.kind == "scalar":
-        return build_scalar_kernel(plan.body, perform_impl(node), name=name)
+        return build_scalar_kernel(plan.body, perform_impl(node), name=name, fallback=fallback)
     return build_kernel(
         plan.spec,
         plan.body,
@@ -82,6 +102,7 @@ def build(node, plan: KernelPlan):
         plan.finish,
         name=name,
         parallel=node.op.policy.parallel,
+        fallback=fallback,
         yields_to=node.op.yields_to,
     )
 
@@ -96,7 +117,7 @@ def funcify_policy_node(op, node, **kwargs):
     stock_keys = plan.body.stock_keys
     if any(k is None for k, _fast in stock_keys):
         key = None  # a stock function inside is uncacheable, so is the kernel (as in stock)
-        return build(node, plan), key
+        return build(node, plan, **kwargs), key
     key = cache_key(
         plan.kind,
         stock_keys,
@@ -108,7 +129,7 @@ def funcify_policy_node(op, node, **kwargs):
         tuple(str(o.type) for o in node.outputs),
         op.yields_to,
     )
-    return build(node, plan), key
+    return build(node, plan, **kwargs), key
 
 
 def register_policy_class(cls):

@@ -95,6 +95,11 @@ def explain_node(node) -> list[str]:
         plan = plan_node(node)
     except Unsupported as err:
         return [*lines, f"    FALLBACK to the stock kernel: {err}"]
+    from ptnumba_codegen.dispatch import fallback_reason
+
+    failed = fallback_reason(node)  # planned, but the generator failed when numba compiled it
+    if failed:
+        lines.append(f"    FALLBACK to the stock kernel (at compile time): {failed}")
     kinds = [
         getattr(e, "label", None) or rule_kind(i.op)
         for i, e in zip(plan.body.program.instrs, plan.body.emitters, strict=True)
@@ -123,7 +128,14 @@ def explain_node(node) -> list[str]:
 
 
 def explain(fn, ir: bool = False) -> str:
-    """A report of every kernel of the compiled PyTensor function ``fn``."""
+    """A report of every kernel of the compiled PyTensor function ``fn``.
+
+    A function never called yet is compiled first (for C-contiguous inputs), so that
+    kernels which fail to compile show their fallback."""
+    try:
+        _ensure_compiled(fn)
+    except Exception:  # noqa: BLE001  (not a numba function; nothing to report from compiling)
+        pass
     fgraph = fn.maker.fgraph
     out = []
     counts = {"kernels": 0, "fallbacks": 0, "as_written": 0}

@@ -8,6 +8,7 @@ Python only; it raises `Unsupported` (the node then falls back to the stock back
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 
 import numpy as np
 from pytensor.scalar import basic as ps
@@ -22,7 +23,8 @@ from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
 from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS, inner_careduce, inner_elemwise
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
-from ptnumba_codegen.lowering.loop import LoopSpec, Reduce
+from ptnumba_codegen.lowering.loop import LoopSpec, Reduce, stock_order_slots
+from ptnumba_codegen.lowering.visit_order import MAX_STOCK_LOOPS
 from ptnumba_codegen.lowering.base import Unsupported, numba_type
 from ptnumba_codegen.ops import stock_op, with_policy
 from ptnumba_codegen.policy import Policy
@@ -238,8 +240,12 @@ def plan_careduce(node, careduce_op=None, scalar_out=False) -> KernelPlan:
         output_dtypes=(acc_dtype,),
         reduces=(reduce,),
         static_size=static_size(x.type.shape),
+        visit="careduce" if ndim >= 2 else "c",  # stock's CAReduce order (visit_order)
         static_shape=tuple(x.type.shape),
     )
+    if not scalar_acc and stock_order_slots(spec) and comb(ndim, len(axes)) * ndim > MAX_STOCK_LOOPS:
+        # stock regroups such sums (an inner accumulator per run): not reproduced
+        raise Unsupported(f"a strict float {reduce.op} over {len(axes)} of {ndim} axes (stock's regrouped loop)")
     finish = _finish_reduction(out_type, bc, axes, acc_dtype, scalar_acc)
     return KernelPlan("loop", spec, body, (finish,))
 

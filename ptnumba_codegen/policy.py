@@ -62,6 +62,12 @@ class PolicyError(ValueError):
     """A policy file or preset name that cannot be used."""
 
 
+class PolicyLoadError(PolicyError, AssertionError):
+    """A policy that cannot be loaded when a rewrite runs. PyTensor's rewrite sequence
+    prints and skips a rewrite that raises, and the function would silently compile
+    stock; an AssertionError it re-raises, so the user gets this error instead."""
+
+
 def preset_dir() -> Path:
     """Directory holding the shipped presets: package data, ``ptnumba_codegen/policies/``.
 
@@ -300,7 +306,11 @@ def _load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Policy:
             _fail(where, key, f"expected a string, got {data[key]!r}")
 
     if "extends" in data:
-        base = _load_file(_resolve_source(data["extends"], path.parent), (*_seen, path))
+        try:
+            source = _resolve_source(data["extends"], path.parent)
+        except PolicyError as err:
+            raise PolicyError(f"{where}: key 'extends': {err}") from None
+        base = _load_file(source, (*_seen, path))
         classes, ops, parallel = dict(base.classes), dict(base.ops), base.parallel
         as_written = base.as_written
     else:
@@ -372,9 +382,12 @@ def load_policy(spec: str | os.PathLike | Policy | None = None) -> Policy:
     """
     if isinstance(spec, Policy):
         return spec
-    if spec is None:
-        spec = os.environ.get(ENV_VAR) or DEFAULT_PRESET
-    path = _resolve_source(spec)
+    if spec is None and os.environ.get(ENV_VAR):
+        try:
+            return load_policy(os.environ[ENV_VAR])
+        except PolicyError as err:
+            raise PolicyError(f"{ENV_VAR}={os.environ[ENV_VAR]!r}: {err}") from None
+    path = _resolve_source(DEFAULT_PRESET if spec is None else spec)
     return _load_cached(str(path), path.stat().st_mtime_ns)
 
 

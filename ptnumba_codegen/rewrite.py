@@ -23,16 +23,17 @@ from ptnumba_codegen.as_written import POSITION as AS_WRITTEN_POSITION
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
-from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
 from ptnumba_codegen.lowering.split_runtime import ensure_threading
 from ptnumba_codegen.pools import pools_to_yield_to
 
 log = logging.getLogger("ptnumba_codegen")
 
-TAG = "policy_codegen"  # the tag selecting both rewrites
+TAG = "policy_codegen"  # the tag selecting the three rewrites
 KERNELS_NAME = "policy_kernels"
 AS_WRITTEN_NAME = "policy_as_written"
 INLINE_NAME = "policy_as_written_inline"
+
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
 POSITION = 100.5
 
@@ -65,7 +66,10 @@ class PolicyCodegen(GraphRewriter):
         pass
 
     def apply(self, fgraph):
-        policy = load_policy(self.policy)
+        try:
+            policy = load_policy(self.policy)
+        except PolicyError as err:
+            raise PolicyLoadError(str(err)) from None
         sensitive = sensitive_variables(fgraph, policy)
         if policy.parallel.enabled:
             ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytensor
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 from pytensor.compile.mode import Mode
 
 import ptnumba_codegen
@@ -19,6 +20,13 @@ from ptnumba_codegen.ops import is_policy_op
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
 BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast", "policy_as_written", "policy_as_written_opaque", "unoptimized_strict")
+
+# The differential fuzzer's profiles (tests/test_fuzz.py), picked by $PTNUMBA_FUZZ_PROFILE.
+# Three fuzz tests of 10 graphs per example: ci checks about 300 graphs in a fixed order;
+# long about 5,000, new ones every run, shrinking a failure to a small batch.
+_FUZZ = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
+settings.register_profile("fuzz-ci", max_examples=10, derandomize=True, phases=(Phase.explicit, Phase.generate), **_FUZZ)
+settings.register_profile("fuzz-long", max_examples=170, **_FUZZ)
 
 _COMPILED: dict = {}
 
@@ -51,6 +59,8 @@ def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=Fals
         mode = ptnumba_codegen.policy_mode(backend.removeprefix("policy_"))
     elif backend == "c":
         mode = Mode(linker="cvm", optimizer="fast_run")
+    elif backend == "py":  # the graph's dtypes, node by node in numpy: nothing compiles
+        mode = Mode(linker="py", optimizer="fast_run").excluding("fusion")  # perform takes <= 32 operands
     else:
         raise ValueError(backend)
     with pytensor.config.change_flags(**flags):

@@ -10,6 +10,7 @@ import pytest
 
 import ptnumba_codegen
 from conftest import assert_no_fallback, assert_same_bits, compile_fn, policy_nodes
+from references import reference, verdict
 
 UNARY = [
     "exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "erf", "erfc", "gammaln", "psi",
@@ -61,14 +62,19 @@ def build(dx, dy):
     return [x, y], outs, names
 
 
-def run_matrix(dx, dy, backend, seed):
-    """(names, results under ``backend``, stock strict results) of the op matrix."""
+def matrix_values(dx, dy, seed):
     rng = np.random.default_rng(seed)
-    inputs, outs, names = build(dx, dy)
     with np.errstate(all="ignore"):
         vals = [sample(dx, 37, rng), sample(dy, 37, rng)]
         if dy[0] in "iu":  # integer exponents must be >= 0 (numba raises), divisors != 0
             vals[1] = np.clip(vals[1], 1, 5).astype(dy)
+    return vals
+
+
+def run_matrix(dx, dy, backend, seed):
+    """(names, results under ``backend``, stock strict results) of the op matrix."""
+    inputs, outs, names = build(dx, dy)
+    vals = matrix_values(dx, dy, seed)
     ref_fn = compile_fn(inputs, outs, "stock_strict", cache_key=("matrix", dx, dy))
     fn = compile_fn(inputs, outs, backend, cache_key=("matrix", dx, dy))
     assert_no_fallback(fn)
@@ -78,19 +84,42 @@ def run_matrix(dx, dy, backend, seed):
 
 @pytest.mark.parametrize("dx, dy", DTYPE_PAIRS, ids=[f"{a}-{b}" for a, b in DTYPE_PAIRS])
 def test_dtype_matrix_strict_policy_is_bitwise_stock(dx, dy):
+    """Bit for bit stock strict, except where stock departs from the graph's dtypes
+    (tests/references.py; docs/divergences.md)."""
     names, res, ref = run_matrix(dx, dy, "policy_strict", seed=1)
-    for name, a, b in zip(names, res, ref, strict=True):
-        try:
-            assert_same_bits(a, b)
-        except AssertionError as err:
-            raise AssertionError(f"{name} with {dx}, {dy}: {err}") from None
+    for name, a, b, p, c in zip(names, res, ref, *graph_references(dx, dy, 1), strict=True):
+        if (name, dx) in PY_FLOAT16:
+            p = b
+        problem = verdict(a, b, p, c)
+        assert problem is None, f"{name} with {dx}, {dy}: {problem}: {a} vs stock {b}, py {p}"
+
+
+# PyTensor's Python softplus of a bool computes np.exp(True) in float16 (the C backend
+# uses that Python code too): stock's float32 result is the one the graph's dtype means
+PY_FLOAT16 = {("softplus(x)", "bool")}
+
+
+def graph_references(dx, dy, seed):
+    """The py linker's results, and (lazily, one output at a time) the C backend's."""
+    inputs, outs, _ = build(dx, dy)
+    vals = matrix_values(dx, dy, seed)
+    with np.errstate(all="ignore"):
+        py = compile_fn(inputs, outs, "py", cache_key=("matrix", dx, dy))(*vals)
+
+    def c_result(k):
+        with np.errstate(all="ignore"):
+            return compile_fn(inputs, outs[k], "c", on_unused_input="ignore")(*vals)
+
+    return py, [lambda k=k: c_result(k) for k in range(len(outs))]
 
 
 @pytest.mark.parametrize("dx, dy", DTYPE_PAIRS[:6], ids=[f"{a}-{b}" for a, b in DTYPE_PAIRS[:6]])
 def test_dtype_matrix_default_policy_close_to_stock(dx, dy):
     names, res, ref = run_matrix(dx, dy, "policy_default", seed=2)
     rtol = 1e-12 if "float32" not in (dx, dy) and "int8" not in (dx, dy) else 1e-6
-    for name, a, b in zip(names, res, ref, strict=True):
+    for name, a, b, p, c in zip(names, res, ref, *graph_references(dx, dy, 2), strict=True):
+        if (name, dx) not in PY_FLOAT16:
+            b = reference(b, p, c)  # where stock departs from the graph's dtypes
         assert a.dtype == b.dtype, name
         if a.dtype.kind == "f":
             np.testing.assert_allclose(a, b, rtol=rtol, atol=0, equal_nan=True, err_msg=name)

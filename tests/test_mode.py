@@ -97,3 +97,16 @@ def test_bad_policy_fails_before_compiling(tmp_path):
     bad.write_text("[classes.reduction]\nflags = ['turbo']\n")
     with pytest.raises(ptnumba_codegen.PolicyError, match="turbo"):
         ptnumba_codegen.policy_mode(bad)
+
+
+def test_env_var_typo_is_an_error_before_anything_compiles(monkeypatch, capsys):
+    """The rewrite resolves $PTNUMBA_CODEGEN_POLICY when it runs: a bad value must not be
+    printed and skipped by PyTensor's rewrite sequence (which would compile stock)."""
+    from ptnumba_codegen.policy import ENV_VAR, PolicyError
+
+    monkeypatch.setenv(ENV_VAR, "nosuch")
+    inputs, outputs = graph()
+    mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
+    with pytest.raises(PolicyError, match=f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, strict"):
+        pytensor.function(inputs, outputs, mode=mode)
+    assert "Traceback" not in capsys.readouterr().err

@@ -104,7 +104,8 @@ def test_digest_is_content_not_layout(tmp_path):
         (FULL + '\n[ops.Exp]\nflags = []\napply_in_comparison_cone = "yes"\n', "apply_in_comparison_cone", None),
         (FULL.replace('flags = ["afn"]', 'flags = ["afn"]\nmax_ulp = -1'), "'classes.transcendental.max_ulp'", None),
         ("[classes.reduction]\nflags = []\n", "'classes'", "comparison_sensitive"),
-        ('extends = "nonexistent"\n' + FULL, "unknown policy preset 'nonexistent'", "default"),
+        ('extends = "nonexistent"\n' + FULL, "'extends': unknown policy preset 'nonexistent'", "default"),
+        ('extends = "missing.toml"\n' + FULL, "'extends': policy file not found", None),
         (FULL + "\n[parallel]\nthreads = 0\n", "'parallel.threads'", '"auto"'),
         (FULL + '\n[parallel]\nthreads = "many"\n', "'parallel.threads'", "an integer >= 1"),
         (FULL + "\n[parallel]\nmin_elements = 0\n", "'parallel.min_elements'", None),
@@ -119,12 +120,37 @@ def test_bad_policies_fail_with_file_key_and_allowed_values(tmp_path, text, key,
     with pytest.raises(PolicyError) as err:
         load_policy(path)
     msg = str(err.value)
-    if "unknown policy preset" not in (key or ""):
-        assert str(path) in msg
+    assert str(path) in msg
     if key:
         assert key in msg
     if allowed:
         assert allowed in msg
+
+
+def test_extends_typo_names_the_file_and_the_key(tmp_path):
+    path = write(tmp_path, 'extends = "nope"\n')
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    allowed = ", ".join(preset_names())
+    assert str(err.value) == f"{path}: key 'extends': unknown policy preset 'nope'; allowed: {allowed} or a path to a .toml file"
+
+
+def test_env_var_typo_names_the_variable(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "nosuch")
+    with pytest.raises(PolicyError) as err:
+        load_policy(None)
+    assert str(err.value).startswith(f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, strict")
+
+
+def test_env_var_typo_fails_at_import():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **{ENV_VAR: "nosuch"})
+    proc = subprocess.run([sys.executable, "-c", "import ptnumba_codegen"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert f"PolicyError: {ENV_VAR}='nosuch': unknown policy preset 'nosuch'" in proc.stderr
 
 
 def test_unknown_flag_message_lists_every_allowed_flag(tmp_path):

@@ -5,6 +5,11 @@ The loop is one intrinsic; it is called from an overload compiled with
 caller's flags are inherited: the policy alone sets every flag. Outputs that need
 finishing after the loop (reduced axes squeezed out, accumulator cast to the output
 dtype, scalar results) are finished in the overload's generated Python source.
+
+numba compiles the overload while it compiles its caller (the whole PyTensor function, at
+its first call), so an exception in our codegen would be the user's. The overload first
+emits the kernel into a throwaway module (`dry_run`: Python only, no LLVM compile); if
+that raises, the overload is the stock kernel's instead and the reason is recorded.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from llvmlite import ir
 from numba.core import types
 from numba.core.errors import TypingError
+from numba.core.registry import cpu_target
 from numba.extending import intrinsic, overload
 from numpy.lib.stride_tricks import as_strided
 
@@ -56,10 +63,60 @@ class Finish:
         return f"{view}.astype({dt})" if self.cast else view
 
 
+def dry_run(emit, arg_types) -> str | None:
+    """Run ``emit(context, builder, args)`` into a throwaway function of ``arg_types``:
+    None, or the generator's exception as a reason. Subroutines compiled on the way
+    (python rules, stock calls) are cached, so the real emission reuses them."""
+    context = _dry_run_context()
+    module = ir.Module("ptnumba_dry_run")
+    fn = ir.Function(module, context.call_conv.get_function_type(types.none, arg_types), "dry_run")
+    context.call_conv.decorate_function(fn, [f"a{k}" for k in range(len(arg_types))], arg_types)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    library = context.codegen().create_library("ptnumba_dry_run")
+    try:
+        with context.push_code_library(library):
+            raw = context.call_conv.get_arguments(fn)
+            emit(context, builder, list(context.get_arg_packer(arg_types).from_arguments(builder, raw)))
+    except Exception as err:  # noqa: BLE001  (any failure of the generator)
+        return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    return None
+
+
+@functools.cache
+def _dry_run_context():
+    """numba's CPU context as the kernel's compile sees it (NRT on, numpy error model)."""
+    from numba.core.callconv import create_error_model
+
+    base = cpu_target.target_context
+    return base.subtarget(enable_nrt=True, error_model=create_error_model("numpy", base))
+
+
+def call_stock(fallback, reason: str):
+    """The overload impl calling the stock kernel ``fallback(reason)`` returns."""
+    stock = fallback(reason)
+
+    def impl(*inputs):
+        return stock(*inputs)
+
+    return impl
+
+
 def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, split=None):
-    """The intrinsic emitting the loop nest and the scalar body."""
+    """The intrinsic emitting the loop nest and the scalar body, and its dry run."""
     body_types = [numba_type(d) for d in planned.program.output_dtypes]
     run_nest = functools.partial(emit_chunked, split=split) if chunked else None
+
+    def emit(context, builder, input_types, values):
+        return emit_loop(
+            context,
+            builder,
+            spec,
+            input_types,
+            values,
+            lambda b, scalars: emit_body(context, b, planned, scalars),
+            body_types,
+            run_nest=run_nest,
+        )
 
     @intrinsic
     def loop(typingctx, inputs):
@@ -74,19 +131,11 @@ def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = F
 
         def codegen(context, builder, sig, args):
             values = [builder.extract_value(args[0], i) for i in range(len(input_types))]
-            return emit_loop(
-                context,
-                builder,
-                spec,
-                input_types,
-                values,
-                lambda b, scalars: emit_body(context, b, planned, scalars),
-                body_types,
-                run_nest=run_nest,
-            )
+            return emit(context, builder, input_types, values)
 
         return ret(inputs), codegen
 
+    loop.dry_run = lambda input_types: dry_run(lambda c, b, args: emit(c, b, input_types, args), input_types)
     return loop
 
 
@@ -97,9 +146,12 @@ def build_kernel(
     finish: tuple[Finish, ...] | None = None,
     name: str = "policy_kernel",
     parallel=None,
+    fallback=None,
     yields_to: tuple[str, ...] = (),
 ):
     """Return a Python function (``python_impl`` without JIT) whose numba overload is the loop.
+
+    ``fallback(reason)`` (optional) returns the stock kernel, used if the dry run fails.
 
     ``parallel`` (the policy's ``Parallel``) lets large loops split across threads, unless
     the function runs ops on other thread pools (``yields_to``, see `pools`). Every
@@ -136,14 +188,27 @@ def build_kernel(
     # costs ~8x, while a contiguous copy costs one pass over memory.
     copy_strided = planned.uses_vector_math
 
+    def _dry_runs(loop_types):
+        """The generator's problem with the loop (or its flat twin) for these types, or None."""
+        problem = loop.dry_run(loop_types)
+        if problem is None and loop_flat is not None:
+            flat_types = tuple(t.copy(ndim=1, layout="C") if isinstance(t, types.Array) else t for t in loop_types)
+            problem = loop_flat.dry_run(flat_types)
+        return problem
+
     def make_impl(input_types):
-        lines = []
+        lines, loop_types = [], []
         for k, ty in enumerate(input_types):
             strided = isinstance(ty, types.Array) and ty.layout == "A" and ty.ndim > 0
             if copy_strided and strided and k not in destroyed:
                 lines.append(f"a{k} = np.ascontiguousarray(inputs[{k}])")
+                loop_types.append(ty.copy(layout="C"))
             else:
                 lines.append(f"a{k} = inputs[{k}]")
+                loop_types.append(ty)
+        problem = _dry_runs(tuple(loop_types)) if fallback is not None else None
+        if problem is not None:
+            return call_stock(fallback, f"{name} failed to compile: {problem}")
         args = "".join(f"a{k}, " for k in range(len(input_types)))
         arrays = [k for k, ty in enumerate(input_types) if isinstance(ty, types.Array)]
         if loop_flat is not None and arrays:
@@ -181,10 +246,14 @@ def build_kernel(
     return kernel
 
 
-def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str = "policy_scalar"):
+def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str = "policy_scalar", fallback=None):
     """A kernel for scalar ops applied to native scalars: the body alone, no loop."""
     out_types = [numba_type(d) for d in planned.program.output_dtypes]
     in_types = [numba_type(d) for d in planned.program.input_dtypes]
+
+    def emit(context, builder, input_types, args):
+        values = [context.cast(builder, a, ty, want) for a, ty, want in zip(args, input_types, in_types, strict=True)]
+        return emit_body(context, builder, planned, values)
 
     @intrinsic
     def scalar_body(typingctx, inputs):
@@ -193,11 +262,7 @@ def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str =
         ret = out_types[0] if len(out_types) == 1 else types.Tuple(out_types)
 
         def codegen(context, builder, sig, args):
-            values = [
-                context.cast(builder, builder.extract_value(args[0], i), ty, want)
-                for i, (ty, want) in enumerate(zip(inputs.types, in_types, strict=True))
-            ]
-            outs = emit_body(context, builder, planned, values)
+            outs = emit(context, builder, inputs.types, [builder.extract_value(args[0], i) for i in range(len(in_types))])
             return outs[0] if len(outs) == 1 else context.make_tuple(builder, ret, outs)
 
         return ret(inputs), codegen
@@ -209,6 +274,11 @@ def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str =
 
     @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
     def _kernel_overload(*inputs):
+        if fallback is not None and len(inputs) == len(in_types):
+            problem = dry_run(lambda c, b, args: emit(c, b, inputs, args), inputs)
+            if problem is not None:
+                return call_stock(fallback, f"{name} failed to compile: {problem}")
+
         def impl(*inputs):
             return scalar_body(inputs)
 

@@ -10,7 +10,7 @@ reductions (CAReduce, where the body is the identity). Shape checks reuse PyTens
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -20,13 +20,22 @@ from numba.np import arrayobj
 from pytensor.link.numba.dispatch.vectorize_codegen import compute_itershape
 
 from ptnumba_codegen.lowering.stamp import stamp
+from ptnumba_codegen.lowering.visit_order import (
+    NO_ZERO,
+    fix_zero_sign,
+    first_zero_in_lanes,
+    is_dense,
+    permuted_view,
+    stock_weights,
+    zero_key,
+)
 
 
 @dataclass(frozen=True)
 class Reduce:
     """An output accumulated over ``axes`` (kept with size 1 in the loop's output buffer)."""
 
-    op: str  # Add, Mul, MulWithoutZeros, Maximum, Minimum, AND, OR, XOR
+    op: str  # Add, Mul, MulWithoutZeros, Maximum, Minimum, AND, OR, XOR (ZeroKey: internal)
     axes: tuple[int, ...]
     identity: object  # a Python scalar, already valid in acc_dtype
     acc_dtype: str
@@ -45,6 +54,9 @@ class LoopSpec:
     inplace: tuple[tuple[int, int], ...] = ()  # (output index, input index)
     reduces: tuple[Reduce | None, ...] | None = None
     static_size: int | None = None  # elements of the iteration space, when the types fix it
+    # the order the stock backend visits reduced elements in (see visit_order): "c" (its
+    # elemwise loop: logical order) or "careduce" (CAReduce: by decreasing |stride|)
+    visit: str = "c"
     static_shape: tuple[int | None, ...] | None = None  # its lengths the types fix (None: unknown)
 
     def reduce_of(self, i) -> Reduce | None:
@@ -107,8 +119,12 @@ def _item_pointer(context, builder, array, array_type, indices):
     )
 
 
-def combine(builder, op: str, ty: types.Type, left, right):
-    """One accumulation step with stock semantics (max/min propagate NaN)."""
+def combine(builder, op: str, ty: types.Type, left, right, keyed: bool = False):
+    """One accumulation step with stock semantics (max/min propagate NaN).
+
+    A float max/min is stock's select (``right`` only if larger, or NaN: the first of
+    equal values wins), or, ``keyed``, ``llvm.maximum``/``minimum``: its value, with the
+    sign of a zero result restored from a zero key (``with_zero_keys``)."""
     is_float = isinstance(ty, types.Float)
     if op == "Add":
         return builder.fadd(left, right) if is_float else builder.add(left, right)
@@ -125,14 +141,20 @@ def combine(builder, op: str, ty: types.Type, left, right):
         return builder.or_(left, right)
     if op == "XOR":
         return builder.xor(left, right)
+    if op == "ZeroKey":  # the first zero seen (visit_order): the smallest key, unsigned
+        return builder.select(builder.icmp_unsigned("<", right, left), right, left)
     if op in ("Maximum", "Minimum"):
         cmp = "<" if op == "Maximum" else ">"
-        if is_float:
+        if is_float and keyed:
             # IEEE-754-2019 maximum/minimum: NaN-propagating, exact, and LLVM vectorizes
-            # their reductions. Equal values keep their value; only max(-0.0, +0.0) = +0.0
-            # (and min = -0.0) may differ in sign from a sequential select.
+            # their reductions. They differ from stock's select only in the sign of a
+            # zero result (max(-0.0, +0.0) = +0.0), which the zero key restores.
             return builder.call(_min_max_intrinsic(builder.module, op, left.type), [left, right])
-        if isinstance(ty, types.Integer) and not ty.signed:
+        if is_float:
+            take = builder.or_(builder.fcmp_ordered(cmp, left, right), builder.fcmp_unordered("uno", right, right))
+            return builder.select(take, right, left)
+        if isinstance(ty, types.Boolean) or (isinstance(ty, types.Integer) and not ty.signed):
+            # a bool is an i1: signed, True would be -1 and max(True, False) False
             take = builder.icmp_unsigned(cmp, left, right)
         else:
             take = builder.icmp_signed(cmp, left, right)
@@ -148,8 +170,51 @@ def _min_max_intrinsic(module, op: str, ty):
     return fn
 
 
-# Accumulations whose result does not depend on the order of the operands.
-ORDER_FREE = ("Maximum", "Minimum", "AND", "OR", "XOR")
+# Accumulations whose result does not depend on the order of the operands (max/min with
+# their zero key).
+ORDER_FREE = ("Maximum", "Minimum", "AND", "OR", "XOR", "ZeroKey")
+
+
+def with_zero_keys(spec: LoopSpec) -> tuple[LoopSpec, dict[int, int]]:
+    """``spec`` plus one hidden int64 accumulator (a ``ZeroKey`` reduction over the same
+    axes) per float max/min reduction whose innermost loop reduces (a full reduction, or
+    the last axis that can be longer than 1 is reduced), and ``{key output: value output}``.
+
+    Those are horizontal reductions: ``llvm.maximum`` and a ``umin`` of keys vectorize,
+    stock's select does not. Elsewhere the inner loop runs over kept elements and the
+    select vectorizes as it is."""
+    keys: dict[int, int] = {}
+    if spec.reduces is None:
+        return spec, keys
+    arrays = [bc for bc in spec.input_bc if bc is not None]
+    long_axes = [d for d in range(spec.ndim) if not all(bc[d] for bc in arrays)]
+    bcs, dtypes, reduces = list(spec.output_bc), list(spec.output_dtypes), list(spec.reduces)
+    for i, red in enumerate(spec.reduces):
+        if red is None or red.op not in ("Maximum", "Minimum") or np.dtype(red.acc_dtype).kind != "f":
+            continue
+        if red.scalar_acc or (long_axes and long_axes[-1] in red.axes):
+            keys[len(dtypes)] = i
+            bcs.append(spec.output_bc[i])
+            dtypes.append("int64")
+            reduces.append(Reduce("ZeroKey", red.axes, NO_ZERO, "int64", (), red.scalar_acc))
+    if not keys:
+        return spec, keys
+    return replace(spec, output_bc=tuple(bcs), output_dtypes=tuple(dtypes), reduces=tuple(reduces)), keys
+
+
+def stock_order_slots(spec: LoopSpec) -> tuple[int, ...]:
+    """The axes a CAReduce must visit in stock's runtime order to round like it: those of
+    a float sum/product without ``reassoc`` that can be longer than 1, when there are two
+    or more of them (else the order is already stock's)."""
+    if spec.visit != "careduce" or spec.reduces is None:
+        return ()
+    red = spec.reduces[0]  # a CAReduce has one (plus its zero key for max/min)
+    if red.op not in ("Add", "Mul", "MulWithoutZeros") or np.dtype(red.acc_dtype).kind != "f":
+        return ()
+    if "reassoc" in red.flags:
+        return ()
+    slots = tuple(d for d in red.axes if not spec.input_bc[0][d])
+    return slots if len(slots) >= 2 else ()
 
 
 def flat_spec(spec: LoopSpec) -> LoopSpec | None:
@@ -225,7 +290,18 @@ def emit_loop(
     split across threads); by default the nest is emitted inline.
     Returns the LLVM value of the kernel's result (one output, or a tuple).
     """
+    n_results = len(spec.output_dtypes)
+    spec, keys = with_zero_keys(spec)
+    body_output_types = [*body_output_types, *(types.int64 for _ in keys)]
     one = context.get_constant(types.intp, 1)
+    slots = stock_order_slots(spec)
+    if slots:  # visit the reduced axes in stock's order (a view with those axes permuted)
+        input_types, input_values = list(input_types), list(input_values)
+        first = arrayobj.make_array(input_types[0])(context, builder, input_values[0])
+        input_types[0], view, _shape = permuted_view(context, builder, input_types[0], first, slots)
+        input_values[0] = view._getvalue()
+        if spec.static_shape is not None:  # the permuted axes' lengths are known at run time only
+            spec = replace(spec, static_shape=tuple(None if d in slots else n for d, n in enumerate(spec.static_shape)))
     arrays = {
         k: arrayobj.make_array(ty)(context, builder, val)
         for k, (ty, val, bc) in enumerate(zip(input_types, input_values, spec.input_bc, strict=True))
@@ -263,13 +339,31 @@ def emit_loop(
     if not spec.inplace:
         builder.function.args[0].add_attribute("noalias")
 
-    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types)
+    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types, keys)
     if run_nest is not None:
         run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)
     else:
         zero = context.get_constant(types.intp, 0)
         nest.emit(builder, input_values, arrays, outputs, iter_shape, zero, iter_shape[0] if iter_shape else None, 0)
 
+    for k, i in keys.items():  # a zero max/min takes the sign of the first zero seen
+        red = spec.reduce_of(i)
+        if red.scalar_acc and spec.visit == "careduce" and spec.ndim >= 2:
+            # a dense input: stock runs 8 lanes, whose first zero the rescan finds
+            x = arrays[0]
+            shape = cgutils.unpack_tuple(builder, x.shape)
+            strides = cgutils.unpack_tuple(builder, x.strides)
+            if input_types[0].layout in "CF":
+                dense = cgutils.true_bit
+            else:
+                dense = is_dense(builder, shape, strides, x.itemsize, stock_weights(builder, shape, strides))
+            zero = builder.fcmp_ordered("==", builder.load(outputs[i]), ir.Constant(context.get_value_type(output_types[i]), 0.0))
+            with builder.if_then(builder.and_(dense, zero), likely=False):
+                total = one
+                for length in shape:
+                    total = builder.mul(total, length)
+                builder.store(first_zero_in_lanes(context, builder, x, input_types[0].dtype, total), outputs[k])
+        _fix_zero_signs(context, builder, red, outputs[i], outputs[k], output_types[i])
     values = []
     for i, (out, ty) in enumerate(zip(outputs, output_types, strict=True)):
         red = spec.reduce_of(i)
@@ -279,10 +373,26 @@ def emit_loop(
         value = out._getvalue()
         if i in inplace:
             context.nrt.incref(builder, ty, value)
+        if i >= n_results:  # a zero-key buffer: done with it
+            context.nrt.decref(builder, ty, value)
         values.append(value)
+    values, output_types = values[:n_results], output_types[:n_results]
     if len(values) == 1:
         return values[0]
     return context.make_tuple(builder, types.Tuple(output_types), values)
+
+
+def _fix_zero_signs(context, builder, red, value, key, ty):
+    if red.scalar_acc:
+        builder.store(fix_zero_sign(builder, builder.load(value), builder.load(key)), value)
+        return
+    n = context.get_constant(types.intp, 1)
+    for length in cgutils.unpack_tuple(builder, value.shape):
+        n = builder.mul(n, length)
+    with cgutils.for_range(builder, n) as loop:  # both buffers are fresh, C-contiguous
+        vp = builder.gep(value.data, [loop.index])
+        kp = builder.gep(key.data, [loop.index])
+        builder.store(fix_zero_sign(builder, builder.load(vp), builder.load(kp)), vp)
 
 
 def static_lengths(context, spec: LoopSpec, iter_shape) -> list:
@@ -323,11 +433,39 @@ class LoopNest:
     output_types: list
     body: Callable[[object, list], list]
     body_output_types: list
+    keys: dict = None  # {zero-key output: its max/min output} (with_zero_keys)
+
+    @property
+    def keyed(self) -> set[int]:
+        return set((self.keys or {}).values())
+
+    def _rank_fn(self, builder, arrays, iter_shape):
+        """``rank(builder, indices)``: the element's position in the stock order."""
+        layout = self.input_types[0].layout if self.spec.visit == "careduce" else "C"
+        if layout == "A":  # stock's order is decided at run time, by the strides
+            x = arrays[0]
+            weights = stock_weights(builder, cgutils.unpack_tuple(builder, x.shape), cgutils.unpack_tuple(builder, x.strides))
+        else:  # logical order (an elemwise loop, a C array) or memory order (an F array)
+            weights, w = [], self.context.get_constant(types.intp, 1)
+            for length in reversed(iter_shape) if layout == "C" else iter_shape:
+                weights.append(w)
+                w = builder.mul(w, length)
+            if layout == "C":
+                weights.reverse()
+
+        def rank(b, indices):
+            p = self.context.get_constant(types.intp, 0)
+            for index, weight in zip(indices, weights, strict=True):
+                p = b.add(p, b.mul(index, weight))
+            return p
+
+        return rank
 
     def emit(self, builder, input_values, arrays, outputs, iter_shape, lo, hi, axis: int):
         """The nest with axis ``axis`` restricted to ``[lo, hi)``."""
         context, spec = self.context, self.spec
         zero = context.get_constant(types.intp, 0)
+        rank = self._rank_fn(builder, arrays, iter_shape) if self.keys else None
         scopes = _AliasScopes(builder, len(outputs), spec.inplace)
         loops = [
             cgutils.for_range(builder, hi, start=lo) if d == axis else cgutils.for_range(builder, length)
@@ -345,16 +483,24 @@ class LoopNest:
             scopes.tag_load(raw, k)
             scalars.append(context.data_model_manager[ty.dtype].from_data(builder, raw))
 
-        results = self.body(builder, scalars)
+        results = list(self.body(builder, scalars))
+        if self.keys:
+            position = rank(builder, indices)
+            results += [None] * len(self.keys)  # computed below, from the value stored
+        accumulated = {}
 
         for i, (out, ty, bc, val, val_ty) in enumerate(
             zip(outputs, self.output_types, spec.output_bc, results, self.body_output_types, strict=True)
         ):
             red = spec.reduce_of(i)
+            if i in (self.keys or {}):
+                val = zero_key(builder, accumulated[self.keys[i]], position)
             if red is not None and red.scalar_acc:
                 with stamp(builder, red.flags):
                     val = context.cast(builder, val, val_ty, ty)
-                    builder.store(combine(builder, red.op, ty, builder.load(acc_ptr := out), val), acc_ptr)
+                    accumulated[i] = val
+                    keyed = i in self.keyed
+                    builder.store(combine(builder, red.op, ty, builder.load(acc_ptr := out), val, keyed), acc_ptr)
                 continue
             idx = [zero if b else j for j, b in zip(indices, bc, strict=True)]
             ptr = _item_pointer(context, builder, out, ty, idx)
@@ -362,9 +508,10 @@ class LoopNest:
             if red is not None:
                 with stamp(builder, red.flags):
                     val = context.cast(builder, val, val_ty, ty.dtype)
+                    accumulated[i] = val
                     old = builder.load(ptr)
                     scopes.tag_output(old, i)
-                    val = combine(builder, red.op, ty.dtype, model.from_data(builder, old), val)
+                    val = combine(builder, red.op, ty.dtype, model.from_data(builder, old), val, i in self.keyed)
             scopes.tag_output(builder.store(model.as_data(builder, val), ptr), i)
 
         for loop in reversed(loops):

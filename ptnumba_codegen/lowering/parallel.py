@@ -195,7 +195,8 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
             red, ty = spec.reduce_of(i), acc_types[i]
             with _rolled_loop(builder, nblocks) as index, stamp(builder, red.flags):
                 part = builder.load(builder.gep(parts[i], [i32(0), index]))
-                builder.store(combine(builder, red.op, ty, builder.load(outputs[i]), part), outputs[i])
+                # every float max/min accumulator in a register has its zero key (keyed)
+                builder.store(combine(builder, red.op, ty, builder.load(outputs[i]), part, keyed=True), outputs[i])
 
     if split is None:
         run_on_this_thread()

@@ -27,9 +27,11 @@ from collections.abc import Callable
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba.core import compiler, types
 from numba.core.cpu_options import FastMathOptions
-from numba.np import ufunc_db
+from numba.np import npyfuncs, ufunc_db
+from numba.np.math import mathimpl
 from numba.np.numpy_support import ufunc_find_matching_loop
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
@@ -37,6 +39,7 @@ from pytensor.scalar import math as psm
 from ptnumba_codegen.lowering.base import Emitter, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
 from ptnumba_codegen.lowering.formulas import (
+    _floor_divide_float,
     _around,
     _clip,
     _erf,
@@ -44,7 +47,6 @@ from ptnumba_codegen.lowering.formulas import (
     _lgamma,
     _log1mexp,
     _pow,
-    _reciprocal,
     _round_half_away_from_zero,
     _sigmoid,
     _sigmoid_uint,
@@ -71,22 +73,73 @@ from ptnumba_codegen.lowering.vector_math import (
 
 # -- rule kinds -------------------------------------------------------------------------
 
+# numba loops that declare an LLVM intrinsic under its bare name (``llvm.log2``, no type
+# suffix). numba compiles each function in its own module, but one kernel of ours is one
+# module: log2 on float32 and on float64 in the same kernel then share the first
+# declaration and the second call fails (``Type of #1 arg mismatch: double != float``).
+# The same intrinsic declared through ``declare_intrinsic`` gets its mangled name
+# (``llvm.log2.f32``, ``llvm.log2.f64``): same instruction, one declaration per type.
+BARE_INTRINSIC_LOOPS: dict = {
+    npyfuncs.np_real_log2_impl: "llvm.log2",
+    npyfuncs.np_real_exp2_impl: "llvm.exp2",
+}
+
+
+def _mangled(kernel):
+    name = BARE_INTRINSIC_LOOPS.get(kernel)
+    if name is None:
+        return kernel
+    return lambda context, builder, sig, args: mathimpl.call_fp_intrinsic(builder, name, args)
+
+
+
+def graph_loop_types(np_ufunc, t: Typed) -> tuple | None:
+    """The input types of the loop the graph's dtypes ask for: a float or integer result
+    is computed in its own dtype (PyTensor's rule: ``Elemwise.prepare_node`` passes numpy
+    ``sig=`` so), a boolean one in the dtype numpy resolves for the inputs (a comparison
+    of int32 and float32 compares in float64). None: the inputs already are those types."""
+    out = t.outputs[0]
+    if isinstance(out, types.Boolean):
+        try:
+            dtypes = np_ufunc.resolve_dtypes((*(np.dtype(str(i)) for i in t.inputs), None))
+        except (TypeError, ValueError):  # no numpy loop: keep numba's choice
+            return None
+        wanted = tuple(numba.from_dtype(d) for d in dtypes[: len(t.inputs)])
+    else:
+        wanted = (out,) * len(t.inputs)
+    return None if wanted == tuple(t.inputs) else wanted
+
+
+def _find_loop(np_ufunc, t: Typed):
+    """numba's loop for the graph's dtypes (graph_loop_types), else numba's own choice
+    (which for int32 and float32 picks float32: stock numba's results then do not follow
+    the graph's dtypes; docs/divergences.md)."""
+    wanted = graph_loop_types(np_ufunc, t)
+    if wanted is not None:
+        try:
+            loop = ufunc_find_matching_loop(np_ufunc, wanted)
+        except Exception:
+            loop = None
+        if loop is not None and tuple(loop.inputs) == wanted:
+            return loop
+    try:
+        return ufunc_find_matching_loop(np_ufunc, t.inputs)
+    except Exception as err:  # numba raises TypingError subclasses and others
+        raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}: {err}") from None
+
 
 def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
-    """Lower through the ufunc loop numba selects for these input types.
+    """Lower through numba's loop of this ufunc for the graph's dtypes (``_find_loop``).
 
     ``vector`` names the libmvec function this ufunc may be lowered to (see vector_dtype).
     """
     table = ufunc_db.get_ufunc_info(np_ufunc)
 
     def plan(t: Typed) -> Emitter:
-        try:
-            loop = ufunc_find_matching_loop(np_ufunc, t.inputs)
-        except Exception as err:  # numba raises TypingError subclasses and others
-            raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}: {err}") from None
+        loop = _find_loop(np_ufunc, t)
         if loop is None or loop.ufunc_sig not in table or len(loop.outputs) != 1:
             raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}")
-        kernel = table[loop.ufunc_sig]
+        kernel = _mangled(table[loop.ufunc_sig])
         sig = numba.core.typing.signature(loop.outputs[0], *loop.inputs)
         vdtype = vector and vector_dtype(t, vector, (*loop.inputs, *loop.outputs))
 
@@ -231,12 +284,59 @@ def _float_minmax(cmp: str, np_ufunc):
     return plan
 
 
+def _reciprocal(context, builder, t, args):
+    """``1 / x`` in the output's dtype, as the graph types it (the C backend and the py
+    linker do the same). Stock numba divides ``np.float32(1.0) / x``, which numba types
+    as float32 for int32/int64 inputs: ``reciprocal(int32 -3)`` came out float32-rounded
+    in a float64 output. For float inputs the two are the same instruction."""
+    out = t.outputs[0]
+    x = _cast(context, builder, args[0], t.inputs[0], out)
+    return builder.fdiv(ir.Constant(x.type, 1.0), x)
+
+
 def _cast_rule(context, builder, t, args):
     return _cast(context, builder, args[0], t.inputs[0], t.outputs[0])
 
 
 def _second(context, builder, t, args):
     return _cast(context, builder, args[1], t.inputs[1], t.outputs[0])
+
+
+def in_output_dtype(rule, applies: Callable[[Typed], bool] | None = None):
+    """Compute a float result in its own dtype: other inputs are cast to it first.
+
+    PyTensor's rule (``Elemwise.prepare_node`` gives numpy ``sig=`` so; the py linker
+    follows it). Stock numba types the formula on the input types instead:
+    ``sigmoid(int32 -2**31)`` negates in int32 (1.0, not 0.0), ``uint64 * int64`` multiplies
+    in int64, ``uint64 ** int64`` raises -1 to a power (docs/divergences.md).
+    ``applies(t)`` (default: some input is not of the output's float type) narrows it."""
+
+    def default(t: Typed) -> bool:
+        return any(i != t.outputs[0] for i in t.inputs)
+
+    applies = applies or default
+
+    def plan(t: Typed) -> Emitter:
+        out = t.outputs[0]
+        if not isinstance(out, types.Float) or len(t.outputs) != 1 or not applies(t):
+            return rule(t)
+        inner = rule(Typed((out,) * len(t.inputs), t.outputs, t.flags, t.klass, t.policy, t.op))
+
+        def emit(context, builder, args, flags):
+            cast = [_cast(context, builder, a, f, out) for a, f in zip(args, t.inputs, strict=True)]
+            return inner(context, builder, cast, flags)
+
+        for attr in ("label", "stock_key", "inner_stock_keys"):
+            if hasattr(inner, attr):
+                setattr(emit, attr, getattr(inner, attr))
+        return emit
+
+    plan.kind = rule.kind
+    return plan
+
+
+def _float_result(t: Typed) -> str:
+    return "float" if isinstance(t.outputs[0], types.Float) else "other"
 
 
 def _stock(t: Typed) -> Emitter:
@@ -270,47 +370,60 @@ VECTOR_UFUNCS: dict[type, tuple[np.ufunc, str]] = {
 
 RULES: dict[type, Callable[[Typed], Emitter]] = {
     **{op: ufunc(uf, vector=name) for op, (uf, name) in VECTOR_UFUNCS.items()},
-    ps.Add: nary(operator.add),
-    ps.Mul: nary(operator.mul),
+    ps.Add: in_output_dtype(nary(operator.add)),
+    ps.Mul: in_output_dtype(nary(operator.mul)),
     ps.Switch: _simple("select", _switch),
     ps.Maximum: _float_minmax(">=", np.maximum),
     ps.Minimum: _float_minmax("<=", np.minimum),
     ps.Cast: _simple("cast", _cast_rule),
     ps.Identity: _simple("cast", _cast_rule),
     ps.Second: _simple("cast", _second),
-    ps.Clip: python(_clip),
-    ps.Pow: _pick(
-        {
-            "int": python(_pow, force_strict=_int_exponent),
-            "float": vector_form(python(_pow), ("pow",), None, _pow_formula),
-        },
-        lambda t: "int" if _int_exponent(t) else "float",
+    ps.Clip: in_output_dtype(python(_clip)),
+    ps.Pow: in_output_dtype(
+        _pick(
+            {
+                "int": python(_pow, force_strict=_int_exponent),
+                "float": vector_form(python(_pow), ("pow",), None, _pow_formula),
+            },
+            lambda t: "int" if _int_exponent(t) else "float",
+        ),
+        # a float base of the output's dtype keeps stock's integer power for an integer
+        # exponent (x**3 is x*x*x); an integer or narrower base is cast
+        applies=lambda t: t.inputs[0] != t.outputs[0],
     ),
-    ps.Reciprocal: python(_reciprocal),
+    ps.IntDiv: in_output_dtype(
+        _pick({"float": python(None, for_input=_floor_divide_float), "other": ufunc(np.floor_divide)}, _float_result)
+    ),
+    ps.Mod: in_output_dtype(ufunc(np.remainder)),
+    ps.Reciprocal: _simple("fdiv", _reciprocal),
     ps.RoundHalfToEven: python(_around),
     ps.RoundHalfAwayFromZero: python(_round_half_away_from_zero),
     ps.Sign: _pick(
         {"uint": python(_uint_sign), "other": ufunc(np.sign)},
         lambda t: "uint" if _is_uint(t) else "other",
     ),
-    psm.Sigmoid: _pick(
-        {
-            "uint": python(None, for_input=_sigmoid_uint),
-            "other": vector_form(python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], _sigmoid_formula),
-        },
-        lambda t: "uint" if _is_uint(t) else "other",
+    psm.Sigmoid: in_output_dtype(
+        _pick(
+            {
+                "uint": python(None, for_input=_sigmoid_uint),
+                "other": vector_form(python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], _sigmoid_formula),
+            },
+            lambda t: "uint" if _is_uint(t) else "other",
+        )
     ),
-    psm.Softplus: _pick(
-        {
-            "uint": python(None, for_input=_softplus_uint),
-            "other": vector_form(
-                python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], _softplus_formula
-            ),
-        },
-        lambda t: "uint" if _is_uint(t) else "other",
+    psm.Softplus: in_output_dtype(
+        _pick(
+            {
+                "uint": python(None, for_input=_softplus_uint),
+                "other": vector_form(
+                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], _softplus_formula
+                ),
+            },
+            lambda t: "uint" if _is_uint(t) else "other",
+        )
     ),
-    psm.Log1mexp: vector_form(
-        python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula
+    psm.Log1mexp: in_output_dtype(
+        vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula)
     ),
     psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula, int_inputs=True),
     psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula, int_inputs=True),
