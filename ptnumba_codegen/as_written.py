@@ -23,7 +23,10 @@ graph as written (with its overflow guards, `ptnumba_codegen.as_written_guards`)
 there on only value-preserving rewrites run (elementwise fusion, merge, inplace), the copy
 fuses with its neighbours into the same kernels, and the policy compiles it strictly (it is
 in a decision's cone) and with scalar libm; so are max/min reductions, exact in any order.
-Copies holding other ops (sums, products, ``Dot``, ``Scan``, ...), or under a policy whose
+A producer that a robust rule (`ptnumba_codegen.robust`) lets go keeps its own class
+there, as under ``default``: the rules cover the lowering's ulps, given the producer's
+inputs, and the copy gives it the inputs as written; they say nothing about rewrites, so
+a robust decision is frozen like any other. Copies holding other ops (sums, products, ``Dot``, ``Scan``, ...), or under a policy whose
 ``comparison_sensitive`` class has flags, stay opaque and are compiled on their own
 (`ptnumba_codegen.as_written_lowering`).
 
