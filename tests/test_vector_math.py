@@ -9,7 +9,7 @@ import pytensor.tensor as pt
 import pytest
 
 import ptnumba_codegen
-from conftest import compile_fn, policy_nodes
+from conftest import compile_fn, final_ir, policy_nodes
 from ptnumba_codegen import accuracy
 from ptnumba_codegen.kernels import plan_node
 from ptnumba_codegen.lowering.vector_math import FORMULA_ULP
@@ -153,6 +153,49 @@ def test_an_inplace_kernel_on_a_non_contiguous_intermediate_compiles():
     xv, iv = rng.normal(size=(3, 100)), rng.integers(100, size=(10, 5)).astype(np.int64)
     ref = compile_fn([x, idx], [pt.exp(x[:, idx])], "stock_strict", cache_key="nd_index")(xv, iv)[0]
     np.testing.assert_allclose(fn(xv, iv), ref, rtol=1e-15)
+
+
+def test_static_short_rows_vectorize_and_keep_the_vector_bits():
+    """Types that fix the lengths (a mixture's (n, 3) components, a zero-inflated model's
+    (n, 2)) compute addresses from the static lengths, so the long axis vectorizes even
+    with broadcasting and reductions that keep the flat loop out. Every value has the
+    bits of the same kernel with unknown lengths (C, F and strided inputs; sums as their
+    reassociating flags allow), the vector calls are in the final IR, and an array of
+    another length is refused."""
+    n = 20011  # large enough for the chunk function (where LLVM missed the strides)
+    X, M = pt.tensor("X", shape=(n, 3)), pt.tensor("M", shape=(n, 1))
+    Xd, Md = pt.matrix("Xd"), pt.tensor("Md", shape=(None, 1))
+
+    def graph(x, m):
+        e = pt.exp(x - m)
+        return [e.sum(axis=1), e.sum(axis=0), pt.max(pt.log1p(pt.abs(x)) * m, axis=1), pt.sigmoid(x) * m]
+
+    static = compile_fn([X, M], graph(X, M), "policy_default", cache_key="static_rows", inspect_ir=True)
+    dynamic = compile_fn([Xd, Md], graph(Xd, Md), "policy_default", cache_key="dynamic_rows")
+    rng = np.random.default_rng(5)
+    Xv = rng.standard_normal((n, 3)) * 4
+    Xv[::7, 1] = -0.0
+    Xv[5, 2] = np.inf
+    Mv = rng.standard_normal((n, 1))
+    want = dynamic(Xv, Mv)
+    for label, x in {
+        "C": Xv,
+        "F": np.asfortranarray(Xv),
+        "strided": np.repeat(Xv, 2, axis=0)[::2],
+    }.items():
+        got = static(x, Mv)
+        for g, w in zip(got[2:], want[2:], strict=True):  # max, elementwise: the same bits
+            assert np.array_equal(g, w, equal_nan=True), label
+            assert np.array_equal(np.signbit(g), np.signbit(w)), label
+        for g, w in zip(got[:2], want[:2], strict=True):  # sums: reassociated (policy reduction flags)
+            np.testing.assert_allclose(g, w, rtol=4e-16 * n, err_msg=label)
+    ir = final_ir(static)
+    assert "v_exp" in ir, "the static kernel's loops are not vectorized"  # (max decides: log1p is libm)
+    ref = compile_fn([Xd, Md], graph(Xd, Md), "stock_strict", cache_key="dynamic_rows_ref")(Xv, Mv)
+    for g, r in zip(want, ref, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-13)
+    with pytest.raises(Exception, match="shape|length"):
+        static(Xv[:-1], Mv[:-1])
 
 
 def test_strict_and_zero_budget_policies_keep_scalar_libm(tmp_path):
