@@ -1,12 +1,13 @@
 """ptnumba_codegen: PyTensor numba kernels with per-instruction fast-math flag policies.
 
-Importing the package registers the ``policy_codegen`` rewrite and the numba dispatch::
+Importing the package registers the ``policy_codegen`` rewrites and the numba dispatch::
 
     import ptnumba_codegen
     mode = ptnumba_codegen.policy_mode("strict")   # a preset / TOML path, per function
     ptnumba_codegen.enable("default")              # or: every numba mode (nutpie, PyMC, ...)
     ptnumba_codegen.disable()                      # new functions compile stock again
     with ptnumba_codegen.enabled("strict"): ...    # the switch for one block
+    mode = ptnumba_codegen.policy_mode("as_written")  # decisions exactly as written
 """
 
 from ptnumba_codegen._version import GENERATOR_VERSION, __version__
@@ -14,6 +15,8 @@ from ptnumba_codegen.policy import ENV_VAR, Policy, PolicyError, load_policy
 from ptnumba_codegen.rewrite import TAG, PolicyCodegen, policy_mode
 
 import ptnumba_codegen.dispatch  # noqa: E402, F401  (registers the numba lowering)
+import ptnumba_codegen.as_written_lowering  # noqa: E402, F401  (registers AsWritten's lowering)
+from ptnumba_codegen.as_written_op import AsWritten
 from ptnumba_codegen.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
 from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
@@ -23,6 +26,7 @@ from ptnumba_codegen.switch import disable, enable, enabled, enabled_policy, is_
 load_policy(None)
 
 __all__ = [
+    "AsWritten",
     "ENV_VAR",
     "GENERATOR_VERSION",
     "TAG",

@@ -46,6 +46,7 @@ SHORT = {
     "policy_default_1t": "pd1",
     "policy_strict": "ps",
     "policy_fast": "pf",
+    "policy_as_written": "paw",
     "jax": "jax",
 }
 
@@ -291,7 +292,7 @@ def table(results, workloads, backends, *, n, per_call_n, compile_time, clock="w
     """The side-by-side table: one row per workload."""
     cols = [("workload", "<")]
     cols += [(f"{b} ms", ">") for b in backends]
-    ratio_pairs = [("policy_default", BASELINE), ("stock_strict", BASELINE)]
+    ratio_pairs = [("policy_default", BASELINE), ("stock_strict", BASELINE), ("policy_as_written", "policy_default")]
     if "policy_fast" in backends:
         ratio_pairs.append(("policy_fast", BASELINE))
     if "jax" in backends:

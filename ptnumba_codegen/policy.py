@@ -23,8 +23,12 @@ Schema (every key; see docs/policies.md for the guide)::
     threads = "auto"              # "auto" (numba.get_num_threads() at call time) or an int >= 1; 1 = off
     min_elements = 65536          # loops with fewer elements run on the calling thread
 
-Without ``extends`` every class must be given. ``[parallel]`` defaults to the values above
-(inherited through ``extends``). Splitting never changes a result bit: only loops whose
+    [comparison]                  # optional
+    as_written = false            # true: every decision is computed from its inputs' cones
+                                  # exactly as written (see ptnumba_codegen/as_written.py)
+
+Without ``extends`` every class must be given. ``[parallel]`` and ``[comparison]`` default
+to the values above (inherited through ``extends``). Splitting never changes a result bit: only loops whose
 outermost axis is not reduced are split, so every element and every accumulator is computed
 by one thread in the sequential order.
 """
@@ -47,14 +51,21 @@ from ptnumba_codegen.flags import CLASSES, COMPARISON_SENSITIVE, FLAG_UNIVERSE, 
 ENV_VAR = "PTNUMBA_CODEGEN_POLICY"
 DEFAULT_PRESET = "default"
 
-_TOP_KEYS = ("name", "description", "extends", "classes", "ops", "parallel")
+_TOP_KEYS = ("name", "description", "extends", "classes", "ops", "parallel", "comparison")
 _PARALLEL_KEYS = ("threads", "min_elements")
+_COMPARISON_KEYS = ("as_written",)
 _CLASS_KEYS = ("flags", "max_ulp")
 _OP_KEYS = ("flags", "max_ulp", "apply_in_comparison_cone")
 
 
 class PolicyError(ValueError):
     """A policy file or preset name that cannot be used."""
+
+
+class PolicyLoadError(PolicyError, AssertionError):
+    """A policy that cannot be loaded when a rewrite runs. PyTensor's rewrite sequence
+    prints and skips a rewrite that raises, and the function would silently compile
+    stock; an AssertionError it re-raises, so the user gets this error instead."""
 
 
 def preset_dir() -> Path:
@@ -118,6 +129,8 @@ class Policy:
     ops: Mapping[str, OpRule] = field(default_factory=dict)
     description: str = ""
     parallel: Parallel = Parallel()
+    # decisions from their inputs' cones as written (ptnumba_codegen/as_written.py)
+    as_written: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "classes", MappingProxyType(dict(self.classes)))
@@ -143,6 +156,7 @@ class Policy:
             "classes": {k: self.classes[k].as_data() for k in CLASSES},
             "ops": {k: self.ops[k].as_data() for k in sorted(self.ops)},
             "parallel": self.parallel.as_data(),
+            "comparison": {"as_written": self.as_written},
         }
 
     @property
@@ -171,7 +185,10 @@ def _policy_from_data(name, source, description, data) -> Policy:
     }
     par = data["parallel"]
     threads = 0 if par["threads"] == "auto" else par["threads"]
-    return Policy(name, source, classes, ops, description, Parallel(threads, par["min_elements"]))
+    return Policy(
+        name, source, classes, ops, description, Parallel(threads, par["min_elements"]),
+        as_written=data["comparison"]["as_written"],
+    )
 
 
 # -- validation helpers ---------------------------------------------------------------
@@ -219,6 +236,14 @@ def _parse_parallel(where: str, table: Any, base: Parallel) -> Parallel:
             _fail(where, "parallel.min_elements", f"expected an integer >= 1, got {value!r}")
         min_elements = value
     return Parallel(threads, min_elements)
+
+
+def _parse_comparison(where: str, table: Any, base: bool) -> bool:
+    _check_keys(where, "comparison", table, _COMPARISON_KEYS)
+    value = table.get("as_written", base)
+    if not isinstance(value, bool):
+        _fail(where, "comparison.as_written", f"expected true or false, got {value!r}", ("true", "false"))
+    return value
 
 
 def _parse_ulp(where: str, key: str, value: Any) -> float:
@@ -287,9 +312,11 @@ def _load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Policy:
             raise PolicyError(f"{where}: key 'extends': {err}") from None
         base = _load_file(source, (*_seen, path))
         classes, ops, parallel = dict(base.classes), dict(base.ops), base.parallel
+        as_written = base.as_written
     else:
-        classes, ops, parallel = {}, {}, Parallel()
+        classes, ops, parallel, as_written = {}, {}, Parallel(), False
     parallel = _parse_parallel(where, data.get("parallel", {}), parallel)
+    as_written = _parse_comparison(where, data.get("comparison", {}), as_written)
 
     raw_classes = data.get("classes", {})
     _check_keys(where, "classes", raw_classes, CLASSES)
@@ -342,11 +369,13 @@ def _load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Policy:
         ops=ops,
         description=data.get("description", ""),
         parallel=parallel,
+        as_written=as_written,
     )
 
 
 def load_policy(spec: str | os.PathLike | Policy | None = None) -> Policy:
-    """A policy from a preset name (``default``, ``strict``, ``fast``), a TOML path, or a Policy.
+    """A policy from a preset name (``default``, ``strict``, ``fast``, ``as_written``), a TOML
+    path, or a Policy.
 
     ``None`` gives the process default: the ``PTNUMBA_CODEGEN_POLICY`` environment variable,
     else the ``default`` preset.

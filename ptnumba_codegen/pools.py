@@ -83,14 +83,22 @@ def set_shared(name: str, shared: bool) -> None:
     (_SHARED.add if shared else _SHARED.discard)(name)
 
 
-def pools_to_yield_to(fgraph) -> tuple[str, ...]:
-    """Names of the pools of `POOLS` that ops of ``fgraph`` run on, that keep threads of
-    their own and that have (or may have) more than one: the function's loops do not split."""
+def pools_used(fgraph) -> tuple[str, ...]:
+    """Names of the pools of `POOLS` that ops of ``fgraph`` (inner graphs included) run on."""
+    return tuple(pool.name for pool in POOLS if any(pool.runs(op) for op in _ops(fgraph)))
+
+
+def pools_to_yield_to(fgraph, also_used: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Names of the pools of `POOLS` that ops of ``fgraph`` run on (or that are named in
+    ``also_used``: an as-written copy's inner graph lists the pools of the function it is
+    part of), that keep threads of their own and that have (or may have) more than one: the
+    function's loops do not split."""
+    used = set(also_used)
     found = []
     for pool in POOLS:
         if pool.name in _SHARED:
             continue
-        if any(pool.runs(op) for op in _ops(fgraph)):
+        if pool.name in used or any(pool.runs(op) for op in _ops(fgraph)):
             threads = pool.threads()
             if threads is None or threads > 1:
                 found.append(pool.name)

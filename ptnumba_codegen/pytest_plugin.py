@@ -6,9 +6,11 @@ for this project's own tests, which check that stock numba modes stay untouched)
     pytest -p ptnumba_codegen.pytest_plugin [--ptnumba-policy strict] tests/link/numba/...
 
 At ``pytest_configure`` it calls ``ptnumba_codegen.enable(policy)``, the process-wide
-switch (``ptnumba_codegen/switch.py``): it adds the ``numba`` tag to the ``policy_codegen``
-rewrite that ``import ptnumba_codegen`` registered. ``NumbaLinker.required_rewrites``
-includes ``numba``, so every mode with the numba linker then runs the rewrite:
+switch (``ptnumba_codegen/switch.py``): it adds the ``numba`` tag to the three
+``policy_codegen`` rewrites that ``import ptnumba_codegen`` registered (the as-written pass
+and its inlining, which do nothing unless the policy has ``[comparison] as_written``, and
+the kernels). ``NumbaLinker.required_rewrites`` includes ``numba``, so every mode with the
+numba linker then runs them:
 ``mode="NUMBA"``, ``Mode("numba", ...)`` (even ``optimizer=None``), ``Mode(NumbaLinker(),
 ...)`` and PyTensor's test helpers (``numba_mode``, ``compare_numba_and_py``). Non-numba
 modes (``py``, ``cvm``, ``c``, JAX...) are unaffected.
@@ -51,6 +53,7 @@ _stats = {
     "rewrites": 0,  # PolicyCodegen.apply calls that left at least one policy node
     "policy_nodes": 0,  # policy-carrying nodes (PolicyElemwise, ...) after those calls
     "fallbacks": 0,  # policy nodes compiled by the stock implementation
+    "as_written": 0,  # as-written copies (opaque AsWritten nodes and inlined copies)
     "reasons": collections.Counter(),  # fallback reason -> count
 }
 
@@ -62,14 +65,14 @@ def pytest_addoption(parser):
         action="store",
         default=None,
         metavar="POLICY",
-        help="Policy for every numba mode: preset name (default, strict, fast) or TOML "
+        help="Policy for every numba mode: preset name (default, strict, fast, as_written) or TOML "
         "path. Overrides $PTNUMBA_CODEGEN_POLICY (default: 'default').",
     )
 
 
 def _install_counters() -> None:
     """Count replaced nodes and stock fallbacks (best effort: skipped if the API moved)."""
-    from ptnumba_codegen import dispatch, ops, rewrite
+    from ptnumba_codegen import as_written, as_written_op, dispatch, ops, rewrite
 
     is_policy_op = ops.is_policy_op
     cls = rewrite.PolicyCodegen
@@ -83,6 +86,8 @@ def _install_counters() -> None:
             if n:
                 _stats["rewrites"] += 1
                 _stats["policy_nodes"] += n
+            _stats["as_written"] += sum(as_written_op.is_as_written(node.op) for node in fgraph.apply_nodes)
+            _stats["as_written"] += len(getattr(fgraph, as_written.INLINED_ATTR, ()))
             return result
 
         apply._ptnumba_counted = True
@@ -203,7 +208,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if getattr(config, "workeroutput", None) is not None:
         return
     parts = config._ptnumba_worker_stats or [_snapshot()]
-    total = {"rewrites": 0, "policy_nodes": 0, "fallbacks": 0}
+    total = {"rewrites": 0, "policy_nodes": 0, "fallbacks": 0, "as_written": 0}
     reasons = collections.Counter()
     for part in parts:
         for key in total:
@@ -215,7 +220,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line(
         f"policy {policy.name} (digest {policy.digest}): {total['policy_nodes']} policy nodes "
         f"in {total['rewrites']} rewritten graphs; {total['fallbacks']} compiled by the "
-        f"stock fallback"
+        f"stock fallback; {total['as_written']} as-written copies"
     )
     for reason, count in reasons.most_common(10):
         tr.write_line(f"  fallback x{count}: {reason}")

@@ -1,4 +1,13 @@
-"""The graph rewrite that hands every kernel node to the generator, and the modes."""
+"""The graph rewrites of a policy, their registration, and the modes.
+
+Three rewrites, all selected by the ``policy_codegen`` tag:
+
+| name | position | job |
+|---|---|---|
+| ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written`) |
+| ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
+| ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator |
+"""
 
 from __future__ import annotations
 
@@ -9,22 +18,21 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
+from ptnumba_codegen.as_written import INLINE_POSITION, AsWrittenPass, InlineAsWritten
+from ptnumba_codegen.as_written import POSITION as AS_WRITTEN_POSITION
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
-from ptnumba_codegen.policy import Policy, PolicyError, load_policy
+from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
 from ptnumba_codegen.lowering.split_runtime import ensure_threading
 from ptnumba_codegen.pools import pools_to_yield_to
 
 log = logging.getLogger("ptnumba_codegen")
 
-TAG = "policy_codegen"
-
-
-class PolicyLoadError(PolicyError, AssertionError):
-    """A policy that cannot be loaded when the rewrite runs. PyTensor's rewrite sequence
-    prints and skips a rewrite that raises, and the function would silently compile
-    stock; an AssertionError it re-raises, so the user gets this error instead."""
+TAG = "policy_codegen"  # the tag selecting the three rewrites
+KERNELS_NAME = "policy_kernels"
+AS_WRITTEN_NAME = "policy_as_written"
+INLINE_NAME = "policy_as_written_inline"
 
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
 POSITION = 100.5
@@ -35,14 +43,24 @@ class PolicyCodegen(GraphRewriter):
     ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
 
     ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
-    ``default``) each time it runs. The instance registered in ``optdb`` (tag
-    ``policy_codegen``) is the process-wide switch's: `ptnumba_codegen.enable` sets its
-    ``policy`` and `ptnumba_codegen.disable` resets it to None (see ``switch.py``).
+    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes;
+    ``outer_pools`` names thread pools (`pools.POOLS`) used besides the graph's own (an
+    as-written copy's inner graph: those of the function it is part of). The
+    instance registered in ``optdb`` (`KERNELS`) is the process-wide switch's:
+    `ptnumba_codegen.enable` sets its ``policy`` and `ptnumba_codegen.disable` resets it to
+    None (see ``switch.py``).
     """
 
-    def __init__(self, policy: str | Policy | None = None):
+    def __init__(
+        self,
+        policy: str | Policy | None = None,
+        kinds: tuple[type, ...] | None = None,
+        outer_pools: tuple[str, ...] = (),
+    ):
         super().__init__()
         self.policy = policy
+        self.kinds = kinds
+        self.outer_pools = tuple(outer_pools)
 
     def add_requirements(self, fgraph):
         pass
@@ -55,10 +73,12 @@ class PolicyCodegen(GraphRewriter):
         sensitive = sensitive_variables(fgraph, policy)
         if policy.parallel.enabled:
             ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool
-        yields = pools_to_yield_to(fgraph) if policy.parallel.enabled else ()
+        yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
         taken = []
         for node in fgraph.toposort():
             if is_policy_op(node.op) or planner_for(node.op) is None:
+                continue
+            if self.kinds is not None and not isinstance(node.op, self.kinds):
                 continue
             new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive), yields)
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
@@ -94,23 +114,38 @@ def summarize(nodes, policy) -> str:
     return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
 
 
-# Registered under its name only: the name is its sole tag (not fast_run, not numba) until
-# ptnumba_codegen.enable() adds ``numba``. Its ``policy`` is the switch's (None when off).
-REGISTERED = PolicyCodegen()
-optdb.register(TAG, REGISTERED, position=POSITION)
+# Registered under the policy_codegen tag only (not fast_run, not numba) until
+# ptnumba_codegen.enable() adds ``numba`` to each of them. The policy of `AS_WRITTEN` and
+# `KERNELS` is the switch's (None when off: the process default when selected by the tag).
+AS_WRITTEN = AsWrittenPass()
+KERNELS = PolicyCodegen()
+REGISTERED = {AS_WRITTEN_NAME: AS_WRITTEN, INLINE_NAME: InlineAsWritten(), KERNELS_NAME: KERNELS}
+_POSITIONS = {AS_WRITTEN_NAME: AS_WRITTEN_POSITION, INLINE_NAME: INLINE_POSITION, KERNELS_NAME: POSITION}
+for _name, _rewriter in REGISTERED.items():
+    optdb.register(_name, _rewriter, TAG, position=_POSITIONS[_name])
+
+
+def set_registered_policy(policy: Policy | None) -> None:
+    """The policy the registered rewrites run with (the switch's; None: the process default)."""
+    AS_WRITTEN.policy = policy
+    KERNELS.policy = policy
 
 
 def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
     """A numba Mode whose kernels are generated under ``policy``.
 
-    ``policy`` is a preset name (``default``, ``strict``, ``fast``), a path to a TOML file,
-    a loaded `Policy`, or ``None`` for the process default (the policy of
+    ``policy`` is a preset name (``default``, ``strict``, ``fast``, ``as_written``), a path
+    to a TOML file, a loaded `Policy`, or ``None`` for the process default (the policy of
     `ptnumba_codegen.enable` while it is on, else ``PTNUMBA_CODEGEN_POLICY``, else
     ``default``). The policy is loaded (and validated) now, before anything is compiled.
 
-    The mode excludes the registered ``policy_codegen`` rewrite, so its own policy wins
+    The mode excludes the registered ``policy_codegen`` rewrites, so its own policy wins
     over the process-wide switch (`ptnumba_codegen.enable`).
     """
-    resolved = load_policy(REGISTERED.policy if policy is None else policy)
+    resolved = load_policy(KERNELS.policy if policy is None else policy)
     mode = Mode(linker="numba", optimizer=optimizer).excluding(TAG)
-    return mode.register((PolicyCodegen(resolved), POSITION))
+    return mode.register(
+        (AsWrittenPass(resolved), AS_WRITTEN_POSITION),
+        (InlineAsWritten(), INLINE_POSITION),
+        (PolicyCodegen(resolved), POSITION),
+    )

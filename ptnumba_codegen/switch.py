@@ -1,8 +1,9 @@
 """The process-wide switch: policy kernels in every numba-linker mode.
 
-``enable(policy)`` adds the ``numba`` tag to the ``policy_codegen`` rewrite that
+``enable(policy)`` adds the ``numba`` tag to the three rewrites (tag ``policy_codegen``:
+the as-written pass, its inlining, the kernels; see ``rewrite.py``) that
 ``import ptnumba_codegen`` registered in PyTensor's ``optdb``. ``NumbaLinker.required_rewrites``
-includes ``numba``, so from then on every mode with the numba linker runs the rewrite when
+includes ``numba``, so from then on every mode with the numba linker runs them when
 a function is compiled: ``mode="NUMBA"``, ``Mode(linker="numba", ...)`` (even with
 ``optimizer=None``), PyTensor's default mode (its ``auto`` linker is numba), and whatever
 nutpie, PyMC, bambi or pymc-marketing build. ``Mode`` objects query ``optdb`` at every
@@ -12,7 +13,7 @@ included. A function compiled earlier keeps the kernels it was compiled with.
 
 Which policy a kernel gets (first match wins):
 
-1. ``policy_mode(p)``: the function's own mode says ``p`` (it excludes the switch's rewrite);
+1. ``policy_mode(p)``: the function's own mode says ``p`` (it excludes the switch's rewrites);
 2. ``enable(p)`` / ``enabled(p)``: the policy the switch was turned on with;
 3. ``$PTNUMBA_CODEGEN_POLICY`` (a preset name or a TOML path);
 4. the ``default`` preset.
@@ -33,32 +34,35 @@ from collections.abc import Iterator
 from pytensor.compile import optdb
 
 from ptnumba_codegen.policy import Policy, load_policy
-from ptnumba_codegen.rewrite import REGISTERED, TAG
+from ptnumba_codegen.rewrite import KERNELS, REGISTERED, TAG, set_registered_policy
 
 NUMBA_TAG = "numba"
 _LOCK = threading.RLock()
 
 
 def is_enabled() -> bool:
-    """Whether every numba-linker mode currently runs the policy rewrite."""
-    return REGISTERED in optdb.__db__.get(NUMBA_TAG, ())
+    """Whether every numba-linker mode currently runs the policy rewrites."""
+    return KERNELS in optdb.__db__.get(NUMBA_TAG, ())
 
 
 def enabled_policy() -> Policy | None:
     """The policy the switch is on with, or None when it is off."""
     with _LOCK:
-        return REGISTERED.policy if is_enabled() else None
+        return KERNELS.policy if is_enabled() else None
 
 
 def _set(policy: Policy | None) -> None:
+    tagged = optdb.__db__.get(NUMBA_TAG, ())
     if policy is None:
-        if is_enabled():
-            optdb.remove_tags(TAG, NUMBA_TAG)
-        REGISTERED.policy = None
+        for name, rewriter in REGISTERED.items():
+            if rewriter in tagged:
+                optdb.remove_tags(name, NUMBA_TAG)
+        set_registered_policy(None)
         return
-    REGISTERED.policy = policy
-    if not is_enabled():
-        optdb.add_tags(TAG, NUMBA_TAG)
+    set_registered_policy(policy)
+    for name, rewriter in REGISTERED.items():
+        if rewriter not in tagged:
+            optdb.add_tags(name, NUMBA_TAG)
     _check_numba_modes_run_it()
 
 
@@ -69,19 +73,21 @@ def _check_numba_modes_run_it() -> None:
     for mode in (NUMBA, Mode(linker="numba", optimizer=None)):
         rewriter = mode.optimizer
         rewriter = getattr(rewriter, "_rewriter", rewriter)  # _ActiveModeGraphRewriter
-        if not any(r is REGISTERED for r in getattr(rewriter, "data", ())):
+        found = getattr(rewriter, "data", ())
+        if not all(any(r is ours for r in found) for ours in REGISTERED.values()):
             _set(None)
             raise RuntimeError(
-                f"ptnumba_codegen.enable: tagging '{TAG}' with '{NUMBA_TAG}' did not put it "
-                f"into {mode}; this pytensor's numba linker no longer requires '{NUMBA_TAG}'"
+                f"ptnumba_codegen.enable: tagging the '{TAG}' rewrites ({', '.join(REGISTERED)}) "
+                f"with '{NUMBA_TAG}' did not put them into {mode}; this pytensor's numba linker "
+                f"no longer requires '{NUMBA_TAG}'"
             )
 
 
 def enable(policy: str | os.PathLike | Policy | None = None) -> Policy:
     """Compile every new numba-linker function under ``policy`` until `disable`.
 
-    ``policy``: a preset name (``default``, ``strict``, ``fast``), a TOML path, a loaded
-    `Policy`, or None for ``$PTNUMBA_CODEGEN_POLICY`` (else ``default``), resolved now.
+    ``policy``: a preset name (``default``, ``strict``, ``fast``, ``as_written``), a TOML
+    path, a loaded `Policy`, or None for ``$PTNUMBA_CODEGEN_POLICY`` (else ``default``), resolved now.
     Calling it again switches the policy. Returns the loaded policy.
     """
     resolved = load_policy(policy)

@@ -23,6 +23,8 @@ Backends:
 ``policy_strict``   `ptnumba_codegen.policy_mode("strict")`
 ``policy_default_1t`` `policy_default` with ``[parallel] threads = 1``: every loop on the
                     calling thread, to show what the thread split adds
+``policy_as_written`` `ptnumba_codegen.policy_mode("as_written")`: default, and every decision
+                    computed from its cone as written (``[comparison] as_written``)
 ``policy_fast``     `ptnumba_codegen.policy_mode("fast")` (not in the default selection)
 ``jax``             ``Mode(linker="jax", optimizer="fast_run")``, only when ``import jax`` works
 
@@ -46,7 +48,7 @@ GROUPS = ("core", "reduction", "transcendental")
 LOG_SQRT_2PI = 0.9189385332046727
 
 #: Backends every runner knows, in table order. ``jax`` is appended when available.
-BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_default_1t", "policy_strict")
+BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_default_1t", "policy_strict", "policy_as_written")
 EXTRA_BACKENDS = ("policy_fast", "jax")
 ALL_BACKENDS = BACKENDS + EXTRA_BACKENDS
 

@@ -19,7 +19,7 @@ from ptnumba_codegen.ops import is_policy_op
 
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
-BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast")
+BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast", "policy_as_written", "policy_as_written_opaque", "unoptimized_strict")
 
 # The differential fuzzer's profiles (tests/test_fuzz.py), picked by $PTNUMBA_FUZZ_PROFILE.
 # Three fuzz tests of 10 graphs per example: ci checks about 300 graphs in a fixed order;
@@ -44,6 +44,17 @@ def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=Fals
     if backend.startswith("stock_"):
         flags["numba__fastmath"] = backend == "stock_fast"
         mode = Mode(linker="numba", optimizer="fast_run")
+    elif backend == "unoptimized_strict":  # the graph as written: the as_written reference
+        flags["numba__fastmath"] = False
+        mode = Mode(linker="numba", optimizer=None)
+    elif backend == "policy_as_written_opaque":  # as_written, every copy compiled on its own
+        from ptnumba_codegen.as_written import POSITION, AsWrittenPass
+        from ptnumba_codegen.rewrite import POSITION as KERNELS, PolicyCodegen
+
+        policy = ptnumba_codegen.load_policy("as_written")
+        mode = Mode(linker="numba", optimizer="fast_run").register(
+            (AsWrittenPass(policy), POSITION), (PolicyCodegen(policy), KERNELS)
+        )
     elif backend.startswith("policy_"):
         mode = ptnumba_codegen.policy_mode(backend.removeprefix("policy_"))
     elif backend == "c":

@@ -31,7 +31,7 @@ def test_every_toml_example_in_the_docs_loads(tmp_path, doc, k, block):
 def test_every_schema_key_is_documented():
     guide = (ROOT / "docs" / "policies.md").read_text()
     from ptnumba_codegen.flags import CLASSES, FLAG_UNIVERSE
-    from ptnumba_codegen.policy import _CLASS_KEYS, _OP_KEYS, _PARALLEL_KEYS, _TOP_KEYS
+    from ptnumba_codegen.policy import _CLASS_KEYS, _COMPARISON_KEYS, _OP_KEYS, _PARALLEL_KEYS, _TOP_KEYS
 
-    for key in (*_TOP_KEYS, *_CLASS_KEYS, *_OP_KEYS, *_PARALLEL_KEYS, *CLASSES, *FLAG_UNIVERSE):
+    for key in (*_TOP_KEYS, *_CLASS_KEYS, *_OP_KEYS, *_PARALLEL_KEYS, *_COMPARISON_KEYS, *CLASSES, *FLAG_UNIVERSE):
         assert any(form in guide for form in (f"`{key}`", f"{key} =", f"`{key}.", f"[{key}.")), key

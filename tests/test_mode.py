@@ -24,16 +24,26 @@ def elemwise_nodes(fn):
 
 
 def test_tag_is_only_policy_codegen():
-    tags = {t for t, names in optdb.__db__.items() if optdb["policy_codegen"] in names}
-    assert tags == {"policy_codegen", "PolicyCodegen"}
-    # after everything the numba linker runs (the numba fusions sit at 100)
+    from ptnumba_codegen.rewrite import AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME
+
+    ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten"}
+    assert set(optdb.__db__["policy_codegen"]) == {optdb[name] for name in ours}
+    for name, cls in ours.items():
+        tags = {t for t, names in optdb.__db__.items() if optdb[name] in names}
+        assert tags == {name, "policy_codegen", cls}
     numba_positions = [
         pos
         for name, pos in optdb.__position__.items()
-        if name != "policy_codegen"
+        if name not in ours
         and any(optdb[name] in optdb.__db__.get(tag, ()) for tag in ("fast_run", "numba", "minimum_compile"))
     ]
-    assert optdb.__position__["policy_codegen"] > max(numba_positions)
+    # the kernels after everything the numba linker runs (the numba fusions sit at 100)
+    assert optdb.__position__[KERNELS_NAME] > max(numba_positions)
+    # the as-written pass after OpFromGraph inlining (-0.01), before everything else
+    assert optdb.__position__["inline_ofg_expansion"] < optdb.__position__[AS_WRITTEN_NAME]
+    assert optdb.__position__[AS_WRITTEN_NAME] < min(p for p in numba_positions if p > -0.01)
+    # the inline pass after the last rewrite that changes values, before elemwise fusion
+    assert optdb.__position__["add_mul_fusion"] < optdb.__position__[INLINE_NAME] < optdb.__position__["elemwise_fusion"]
 
 
 def test_including_tag_hands_every_elemwise_to_the_generator():
@@ -97,6 +107,6 @@ def test_env_var_typo_is_an_error_before_anything_compiles(monkeypatch, capsys):
     monkeypatch.setenv(ENV_VAR, "nosuch")
     inputs, outputs = graph()
     mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
-    with pytest.raises(PolicyError, match=f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: default"):
+    with pytest.raises(PolicyError, match=f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, strict"):
         pytensor.function(inputs, outputs, mode=mode)
     assert "Traceback" not in capsys.readouterr().err

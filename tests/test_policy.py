@@ -110,6 +110,9 @@ def test_digest_is_content_not_layout(tmp_path):
         (FULL + '\n[parallel]\nthreads = "many"\n', "'parallel.threads'", "an integer >= 1"),
         (FULL + "\n[parallel]\nmin_elements = 0\n", "'parallel.min_elements'", None),
         (FULL + "\n[parallel]\nthread = 2\n", "'parallel.thread'", "threads, min_elements"),
+        (FULL + '\n[comparison]\nas_written = "yes"\n', "'comparison.as_written'", "true, false"),
+        (FULL + "\n[comparison]\nas_writen = true\n", "'comparison.as_writen'", "as_written"),
+        ("comparison = 1\n" + FULL, "'comparison'", "expected a table"),
     ],
 )
 def test_bad_policies_fail_with_file_key_and_allowed_values(tmp_path, text, key, allowed):
@@ -136,7 +139,7 @@ def test_env_var_typo_names_the_variable(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "nosuch")
     with pytest.raises(PolicyError) as err:
         load_policy(None)
-    assert str(err.value).startswith(f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: default")
+    assert str(err.value).startswith(f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, strict")
 
 
 def test_env_var_typo_fails_at_import():
@@ -167,3 +170,16 @@ def test_unknown_preset_and_missing_file():
 def test_op_name_typo_suggests_the_right_case(tmp_path):
     with pytest.raises(PolicyError, match="did you mean Exp"):
         load_policy(write(tmp_path, FULL + "\n[ops.exp]\nflags = []\n"))
+
+
+def test_as_written_preset_key_inheritance_and_identity(tmp_path):
+    default, as_written = load_policy("default"), load_policy("as_written")
+    assert not default.as_written and as_written.as_written
+    assert as_written.classes == default.classes and as_written.parallel == default.parallel
+    assert as_written.digest != default.digest  # the key is part of the identity (cache keys)
+    assert pickle.loads(pickle.dumps(as_written)) == as_written
+    assert pickle.loads(pickle.dumps(as_written)).as_written
+    child = load_policy(write(tmp_path, 'extends = "as_written"\n[classes.reduction]\nflags = []\n', "child.toml"))
+    assert child.as_written  # inherited through extends
+    off = load_policy(write(tmp_path, 'extends = "as_written"\n[comparison]\nas_written = false\n', "off.toml"))
+    assert not off.as_written and off.digest == default.digest

@@ -2,12 +2,15 @@
 numba-linker mode, and take it away again for new compilations."""
 
 import pytensor
+import pytensor.tensor as pt
 import pytest
 from pytensor.compile import optdb
 from pytensor.compile.mode import NUMBA, Mode
 
 import ptnumba_codegen
 from conftest import policy_nodes
+from ptnumba_codegen.rewrite import AS_WRITTEN, KERNELS, REGISTERED
+from test_as_written import AV, CV, MAINT_BV, MAINT_EXPECTED
 from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_graph
 
 ARGS = (XV, YV, ZV, WV, BV)
@@ -59,8 +62,24 @@ def test_disable_restores_the_registered_tags():
     ptnumba_codegen.enable("fast")  # switching policy keeps one tag
     ptnumba_codegen.disable()
     ptnumba_codegen.disable()  # idempotent
-    tags = {t for t, names in optdb.__db__.items() if optdb["policy_codegen"] in names}
-    assert tags == {"policy_codegen", "PolicyCodegen"}
+    for name, rewriter in REGISTERED.items():  # the as-written pass, its inlining, the kernels
+        tags = {t for t, names in optdb.__db__.items() if rewriter in names}
+        assert tags == {name, "policy_codegen", type(rewriter).__name__}, name
+        assert rewriter is optdb[name]
+    assert AS_WRITTEN.policy is None and KERNELS.policy is None
+
+
+def test_enable_as_written_decides_the_maintainers_example_as_written():
+    """The switch turns on the as-written pass too: in a plain NUMBA mode the tie of the
+    seed thread's counter-example is decided as written (fast_run alone gives [0.])."""
+    a, c, b = pt.vectors("a", "c", "b")
+    ga = pytensor.grad(pt.minimum(pt.exp(a) * pt.exp(c), b).sum(), a)
+    with ptnumba_codegen.enabled("as_written"):
+        assert AS_WRITTEN.policy.as_written
+        fn = pytensor.function([a, c, b], ga, mode="NUMBA")
+    assert AS_WRITTEN.policy is None  # back off
+    assert policies_of(fn) == {"as_written"}
+    assert fn(AV, CV, MAINT_BV)[0] == pytest.approx(MAINT_EXPECTED, rel=1e-6)
 
 
 def test_resolution_order(monkeypatch):

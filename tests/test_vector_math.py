@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 import pytest
 
+import ptnumba_codegen
 from conftest import compile_fn, final_ir, policy_nodes
 from ptnumba_codegen import accuracy
 from ptnumba_codegen.kernels import plan_node
@@ -138,6 +140,21 @@ def test_matrices_with_short_rows_give_the_vector_bits_in_every_layout():
     d = compile_fn([A, B], [A @ B], "stock_strict", cache_key="short_rows_dot")(Av, Bv)[0]
     want = vec(d.ravel(), np.ones(d.size), np.zeros(d.size))[0]
     assert np.array_equal(inplace(Av, Bv)[0].ravel(), want)
+
+
+def test_an_inplace_kernel_on_a_non_contiguous_intermediate_compiles():
+    """PyTensor's test_nd_index_axis1 without indexed-read fusion: ``exp`` runs in place on
+    an AdvancedSubtensor result, typed as an 'A'-layout array, which numba cannot reshape:
+    the flat loop is only taken for inputs typed contiguous."""
+    x = pt.matrix("x", shape=(3, 100))
+    idx = pt.matrix("idx", dtype="int64", shape=(10, 5))
+    mode = ptnumba_codegen.policy_mode("default").excluding("fuse_indexed_into_elemwise")
+    fn = pytensor.function([x, idx], pt.exp(x[:, idx]), mode=mode)
+    assert any(n.op.destroy_map for n in policy_nodes(fn))
+    rng = np.random.default_rng(42)
+    xv, iv = rng.normal(size=(3, 100)), rng.integers(100, size=(10, 5)).astype(np.int64)
+    ref = compile_fn([x, idx], [pt.exp(x[:, idx])], "stock_strict", cache_key="nd_index")(xv, iv)[0]
+    np.testing.assert_allclose(fn(xv, iv), ref, rtol=1e-15)
 
 
 def test_static_short_rows_vectorize_and_keep_the_vector_bits():

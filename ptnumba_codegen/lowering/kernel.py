@@ -211,7 +211,10 @@ def build_kernel(
             return call_stock(fallback, f"{name} failed to compile: {problem}")
         args = "".join(f"a{k}, " for k in range(len(input_types)))
         arrays = [k for k, ty in enumerate(input_types) if isinstance(ty, types.Array)]
-        if loop_flat is not None and arrays:
+        # numba reshapes only arrays typed contiguous: an input typed 'A' (an in-place
+        # kernel on a strided intermediate, which is not copied) keeps the N-d nest
+        typed_contiguous = all(loop_types[k].layout in "CF" for k in arrays)
+        if loop_flat is not None and arrays and typed_contiguous:
             first = arrays[0]
             same = " and ".join(
                 [f"a{k}.flags.c_contiguous" for k in arrays] + [f"a{k}.shape == a{first}.shape" for k in arrays[1:]]
