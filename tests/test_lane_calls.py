@@ -51,9 +51,9 @@ def test_decisions_on_lane_calls_equal_stock_strict_at_ties():
     x, b, c = pt.vectors("x", "b", "c")
     xv = _values()
     cv = np.linspace(-3, 3, xv.size)
-    fn = compile_fn([x, b, c], _graph(x, b, c), "policy_default", cache_key="lanes", inspect_ir=True)
-    ref = compile_fn([x, b, c], _graph(x, b, c), "stock_strict", cache_key="lanes")
-    vals = compile_fn([x], [f(x) for f in FUNCS.values()], "stock_strict", cache_key="lanes_vals")(xv)
+    fn = compile_fn([x, b, c], _graph(x, b, c), "policy_default", cache_key="lane_calls", inspect_ir=True)
+    ref = compile_fn([x, b, c], _graph(x, b, c), "stock_strict", cache_key="lane_calls")
+    vals = compile_fn([x], [f(x) for f in FUNCS.values()], "stock_strict", cache_key="lane_calls_vals")(xv)
     for name, v in zip(FUNCS, vals, strict=True):
         bv = np.where(np.arange(xv.size) % 2 == 0, v, np.nextafter(v, -np.inf))  # ties and just below
         got, want = fn(xv, bv, cv), ref(xv, bv, cv)
@@ -68,10 +68,10 @@ def test_strict_policy_is_stock_strict_bit_for_bit_through_lane_calls():
     x = pt.vector("x")
     outs = [f(x) for f in FUNCS.values()]
     xv = _values()
-    got = compile_fn([x], outs, "policy_strict", cache_key="lanes_strict", inspect_ir=True)(xv)
-    want = compile_fn([x], outs, "stock_strict", cache_key="lanes_vals")(xv)
+    got = compile_fn([x], outs, "policy_strict", cache_key="lane_calls_strict", inspect_ir=True)(xv)
+    want = compile_fn([x], outs, "stock_strict", cache_key="lane_calls_vals")(xv)
     for name, g, w in zip(FUNCS, got, want, strict=True):
         assert g.dtype == w.dtype, name
         assert np.array_equal(g.view(np.uint64), w.view(np.uint64)), name  # NaN and zero signs too
-    fn = compile_fn([x], outs, "policy_strict", cache_key="lanes_strict", inspect_ir=True)
+    fn = compile_fn([x], outs, "policy_strict", cache_key="lane_calls_strict", inspect_ir=True)
     assert "ptnumba_lanes" in final_ir(fn)
