@@ -27,25 +27,22 @@ from __future__ import annotations
 
 from functools import cache
 
-import pytensor.tensor.basic as ptb
-import pytensor.tensor.subtensor as ptsub
 from pytensor.compile.builders import OpFromGraph
-from pytensor.compile.ops import DeepCopyOp, ViewOp
 from pytensor.conditional.op import IfElse
 from pytensor.graph.basic import Constant
 from pytensor.raise_op import CheckAndRaise
 from pytensor.scalar.basic import Composite, Maximum, Minimum, ScalarOp
 from pytensor.scan.op import Scan
 from pytensor.tensor.blockwise import Blockwise
-from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
+from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.extra_ops import SearchsortedOp, Unique
 from pytensor.tensor.math import Argmax
 from pytensor.tensor.random.op import RandomVariable
-from pytensor.tensor.shape import Reshape, SpecifyShape
 from pytensor.tensor.sort import ArgSortOp, SortOp
 
 from ptnumba_codegen.analysis import ALL, DECISION_INPUTS, sensitive_inputs
 from ptnumba_codegen.as_written_op import AsWritten
+from ptnumba_codegen.graph_analysis import TRANSPARENT_OPS
 from ptnumba_codegen.program import from_scalar_op
 
 
@@ -221,21 +218,8 @@ LEAF_RULES = {
 
 
 # ops that only move, broadcast or select values: a cone made of these alone is not computed
-EXACT_OPS = (
-    DimShuffle,
-    Reshape,
-    SpecifyShape,
-    ptsub.Subtensor,
-    ptsub.AdvancedSubtensor,
-    ptb.Alloc,
-    ptb.Join,
-    ptb.Split,
-    ptb.MakeVector,
-    ptb.TensorFromScalar,
-    ptb.ScalarFromTensor,
-    DeepCopyOp,
-    ViewOp,
-)
+# (graph_analysis's table: the same ops pass a decision's requirement through unchanged)
+EXACT_OPS = TRANSPARENT_OPS
 
 
 def _exact(node) -> bool:
