@@ -40,17 +40,27 @@ def _values():
     return np.concatenate([special, edges, rand, -np.abs(rand)])
 
 
+def _neighbour(vals, c):
+    """A vector call outside every cone, fed by every value so it fuses into their kernel
+    (lane calls are used only in bodies that also call vector functions)."""
+    total = vals[0]
+    for v in vals[1:]:
+        total = total + v
+    return pt.exp(c + 1e-3 * total)
+
+
 def _graph(x, b, c):
     vals = [f(x) for f in FUNCS.values()]
     decisions = [pt.le(v, b) for v in vals]
-    # a vectorizable neighbour outside every cone
-    return [*decisions, pt.exp(c) * 2.0 + c]
+    return [*decisions, _neighbour(vals, c)]
 
 
 def test_decisions_on_lane_calls_equal_stock_strict_at_ties():
     x, b, c = pt.vectors("x", "b", "c")
     xv = _values()
     cv = np.linspace(-3, 3, xv.size)
+    from conftest import policy_nodes
+
     fn = compile_fn([x, b, c], _graph(x, b, c), "policy_default", cache_key="lane_calls", inspect_ir=True)
     ref = compile_fn([x, b, c], _graph(x, b, c), "stock_strict", cache_key="lane_calls")
     vals = compile_fn([x], [f(x) for f in FUNCS.values()], "stock_strict", cache_key="lane_calls_vals")(xv)
@@ -59,19 +69,36 @@ def test_decisions_on_lane_calls_equal_stock_strict_at_ties():
         got, want = fn(xv, bv, cv), ref(xv, bv, cv)
         k = list(FUNCS).index(name)
         assert np.array_equal(got[k], want[k]), name
+    assert len(policy_nodes(fn)) == 1  # one kernel: the cones and the vector call
     ir = final_ir(fn)
     for sym in ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos"):
         assert re.search(rf"<\d+ x double> @ptnumba_lanes\d+_{sym}\(", ir), f"{sym} is not called in a vector loop"
 
 
-def test_strict_policy_is_stock_strict_bit_for_bit_through_lane_calls():
-    x = pt.vector("x")
-    outs = [f(x) for f in FUNCS.values()]
+def test_lane_called_values_are_stock_strict_bit_for_bit():
+    """The values in the cones, returned as they are next to a vectorized neighbour: the
+    bits of stock strict (NaN and zero signs too), at the formulas' branch points."""
+    x, b, c = pt.vectors("x", "b", "c")
+    vals = [f(x) for f in FUNCS.values()]
+    outs = [*vals, *[pt.le(v, b) for v in vals], _neighbour(vals, c)]
     xv = _values()
-    got = compile_fn([x], outs, "policy_strict", cache_key="lane_calls_strict", inspect_ir=True)(xv)
-    want = compile_fn([x], outs, "stock_strict", cache_key="lane_calls_vals")(xv)
-    for name, g, w in zip(FUNCS, got, want, strict=True):
+    bv, cv = np.zeros_like(xv), np.linspace(-3, 3, xv.size)
+    fn = compile_fn([x, b, c], outs, "policy_default", cache_key="lane_calls_values", inspect_ir=True)
+    got = fn(xv, bv, cv)
+    want = compile_fn([x], vals, "stock_strict", cache_key="lane_calls_vals")(xv)
+    for name, g, w in zip(FUNCS, got[: len(FUNCS)], want, strict=True):
         assert g.dtype == w.dtype, name
-        assert np.array_equal(g.view(np.uint64), w.view(np.uint64)), name  # NaN and zero signs too
-    fn = compile_fn([x], outs, "policy_strict", cache_key="lane_calls_strict", inspect_ir=True)
+        assert np.array_equal(g.view(np.uint64), w.view(np.uint64)), name
     assert "ptnumba_lanes" in final_ir(fn)
+
+
+def test_bodies_without_vector_calls_keep_the_stock_calls():
+    """Lane calls pay only where the loop has vector calls to gain: under strict (no
+    budget, no vector calls) the plan keeps stock's emitters."""
+    from conftest import policy_nodes
+    from ptnumba_codegen.kernels import plan_node
+
+    x = pt.vector("x")
+    fn = compile_fn([x], [f(x) for f in FUNCS.values()], "policy_strict", cache_key="lane_calls_strict")
+    labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+    assert labels and not any(labels), labels

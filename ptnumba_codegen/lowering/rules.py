@@ -145,17 +145,23 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
         vdtype = vector and vector_dtype(t, vector, (*loop.inputs, *loop.outputs))
         ldtype = None if vdtype or not vector or t.flags else lane_dtype(vector, (*loop.inputs, *loop.outputs))
 
-        def emit(context, builder, args, flags):
-            cast = [_cast(context, builder, a, f, l) for a, f, l in zip(args, t.inputs, loop.inputs)]
-            if vdtype:
-                res = emit_vector(context, builder, vector, vdtype, cast)
-            elif ldtype:
-                res = lane_call(builder, vector, cast[0], ldtype)
-            else:
-                res = kernel(context, builder, sig, cast)
-            return [_cast(context, builder, res, loop.outputs[0], t.outputs[0])]
+        def emit_with(lanes):
+            def emit(context, builder, args, flags):
+                cast = [_cast(context, builder, a, f, l) for a, f, l in zip(args, t.inputs, loop.inputs)]
+                if vdtype:
+                    res = emit_vector(context, builder, vector, vdtype, cast)
+                elif lanes:
+                    res = lane_call(builder, vector, cast[0], ldtype)
+                else:
+                    res = kernel(context, builder, sig, cast)
+                return [_cast(context, builder, res, loop.outputs[0], t.outputs[0])]
 
+            return emit
+
+        emit = emit_with(bool(ldtype))
         emit.label = f"libmvec {vector} ({vdtype})" if vdtype else f"libm lanes {vector} ({ldtype})" if ldtype else None
+        if ldtype:
+            emit.without_lanes = emit_with(False)
         return emit
 
     plan.kind = f"ufunc:{np_ufunc.__name__}"

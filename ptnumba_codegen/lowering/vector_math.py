@@ -270,7 +270,7 @@ def vector_form(
 ):
     """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``
     (or ``exact(t)``, an emitter with the scalar rule's bits, where it gives one: stock's
-    formula on `lane_calls`, so the loop still vectorizes).
+    formula on `lane_calls`, so the loop still vectorizes; ``without_lanes`` keeps the scalar rule).
 
     ``formula`` builds the result with ``vm`` (a `VectorMath` of the chosen dtype); the
     formulas are branch-free (selects, with safe arguments on the lanes a select drops),
@@ -287,7 +287,11 @@ def vector_form(
             loop_types = [ty for ty in loop_types if not isinstance(ty, types.Integer)]
         dtype = vector_dtype(t, needs, loop_types, bound)
         if dtype is None or len(t.outputs) != 1:
-            return (exact and exact(t)) or scalar_rule(t)
+            lanes = exact and exact(t)
+            if not lanes:
+                return scalar_rule(t)
+            lanes.without_lanes = scalar_rule(t)
+            return lanes
         fty = numba_type(dtype)
 
         def emit(context, builder, args, flags):
