@@ -8,7 +8,9 @@ The rules, in order (the first that matches wins, so strict wins):
    decision in another node consumes). The cone stops where a decision cannot depend
    on the producer's rounding (`robust`): ``sigmoid(v) >= 0`` leaves sigmoid free and
    only asks for v's NaN pattern, so requirements (EXACT, or a predicate) are
-   propagated backward instruction by instruction (`analyze`).
+   propagated backward instruction by instruction (`analyze`). A predicate fixed on
+   its value's forward interval (`ranges`) needs only the NaN pattern, which strict
+   arithmetic passes on (`robust.NAN_SOURCES`).
 2. *reduction*: an associative Add/Mul with three or more operands, or an Add/Mul whose
    operand is produced by, or whose result feeds, the same associative op (a chain).
 3. *transcendental*: the ops in TRANSCENDENTAL_OPS and every scipy.special-backed op.
@@ -35,7 +37,9 @@ from ptnumba_codegen.robust import (
     cmp,
     comparison_needs,
     input_needs,
+    nan_sources,
 )
+from ptnumba_codegen.ranges import program_ranges, settle_all
 
 ALL = None  # marker: every input is a decision input
 
@@ -207,13 +211,23 @@ class Analysis:
     robust: Mapping[int, frozenset]  # instruction -> predicates decided robustly on its output
 
 
-def analyze(program: Program, sensitive_outputs=(), relaxable: Callable[[int], bool] | None = None) -> Analysis:
+def analyze(
+    program: Program,
+    sensitive_outputs=(),
+    relaxable: Callable[[int], bool] | None = None,
+    input_facts=(),
+) -> Analysis:
     """Classify every instruction, propagating requirements backward from the decisions.
 
     ``sensitive_outputs``: outputs a decision elsewhere consumes (see `output_needs`).
     ``relaxable(k)``: whether instruction ``k`` may be decided robustly (its non-strict
     flags keep IEEE NaN/inf semantics); by default every instruction may.
+    ``input_facts``: intervals of inputs and relations between them (`ranges`): a
+    predicate fixed on a value's interval needs only its NaN pattern (or nothing), and
+    a strict op in `robust.NAN_SOURCES` passes a NaN pattern on as predicates on its
+    operands instead of needing them exact.
     """
+    facts = program_ranges(program, input_facts)
     needs: dict[int, set] = {}
     for pos, reqs in output_needs(sensitive_outputs).items():
         needs.setdefault(program.outputs[pos], set()).update(reqs)
@@ -227,6 +241,8 @@ def analyze(program: Program, sensitive_outputs=(), relaxable: Callable[[int], b
     for k in reversed(range(len(program.instrs))):
         instr = program.instrs[k]
         wanted = set().union(*(needs.get(o, ()) for o in instr.outputs))
+        if len(instr.outputs) == 1:
+            wanted = settle_all(wanted, facts.ranges.get(instr.outputs[0]))
         if not wanted or (k in decisions and _produces_a_decision(instr)):
             continue
         per_input = None
@@ -241,11 +257,17 @@ def analyze(program: Program, sensitive_outputs=(), relaxable: Callable[[int], b
                     acc.update(reqs)
         if per_input is None:
             strict.add(k)
-            per_input = [{EXACT}] * len(instr.inputs)
+            keeps_nan = relaxable is None or relaxable(k, COMPARISON_SENSITIVE)
+            per_input = _nan_pattern_needs(program, instr, wanted, facts) if k not in decisions and keeps_nan else None
+            if per_input is None:
+                per_input = [{EXACT}] * len(instr.inputs)
         else:
             robust[k] = frozenset(wanted)
         for v, reqs in zip(instr.inputs, per_input, strict=True):
             needs.setdefault(v, set()).update(reqs)
+    for v in program.inputs:  # what reaches the inputs, simplified on their intervals
+        if v in needs:
+            needs[v] = settle_all(needs[v], facts.ranges.get(v))
     chains = _reduction_chain(program)
     classes = tuple(
         COMPARISON_SENSITIVE if k in strict else natural_class(program, k, chains) for k in range(len(program.instrs))
@@ -253,16 +275,28 @@ def analyze(program: Program, sensitive_outputs=(), relaxable: Callable[[int], b
     return Analysis(classes, {v: frozenset(r) for v, r in needs.items()}, robust)
 
 
+def _nan_pattern_needs(program: Program, instr: Instr, wanted: set, facts) -> list[set] | None:
+    """Per-operand predicates deciding a strict ``instr``'s NaN pattern, when that is all
+    ``wanted`` asks for and ``instr`` is in `robust.NAN_SOURCES` (float operands)."""
+    if wanted != {NAN} or len(instr.outputs) != 1:
+        return None
+    preds = nan_sources(instr.op, len(instr.inputs))
+    if preds is None or not all(program.dtypes[v].startswith("float") for v in (*instr.inputs, *instr.outputs)):
+        return None
+    return [settle_all(preds, facts.ranges.get(v)) for v in instr.inputs]
+
+
 def relaxable_under(program: Program, policy) -> Callable[[int], bool] | None:
     """``relaxable`` for `analyze` under ``policy``: an instruction may be decided robustly
-    when the flags it gets outside cones keep IEEE NaN/inf semantics (no nnan, no ninf)."""
+    when the flags it gets outside cones keep IEEE NaN/inf semantics (no nnan, no ninf);
+    ``relaxable(k, klass)`` asks the same of the flags of class ``klass``."""
     if policy is None:
         return None
     chains = _reduction_chain(program)
 
-    def relaxable(k: int) -> bool:
-        flags = policy.flags_for(natural_class(program, k, chains), program.instrs[k].op_name)
-        return not (BREAKING_FLAGS & set(flags))
+    def relaxable(k: int, klass: str | None = None) -> bool:
+        klass = klass or natural_class(program, k, chains)
+        return not (BREAKING_FLAGS & set(policy.flags_for(klass, program.instrs[k].op_name)))
 
     return relaxable
 
@@ -274,10 +308,10 @@ def sensitive_instrs(program: Program, sensitive_outputs=(), relaxable=None) -> 
     return {k for k, c in enumerate(result.classes) if c == COMPARISON_SENSITIVE}
 
 
-def sensitive_inputs(program: Program, sensitive_outputs=(), relaxable=None) -> dict[int, frozenset]:
+def sensitive_inputs(program: Program, sensitive_outputs=(), relaxable=None, input_facts=()) -> dict[int, frozenset]:
     """``{input position: requirements}`` for the inputs whose values reach a decision
     (inside, or via a sensitive output)."""
-    result = analyze(program, sensitive_outputs, relaxable)
+    result = analyze(program, sensitive_outputs, relaxable, input_facts)
     return {p: result.needs[v] for p, v in enumerate(program.inputs) if result.needs.get(v)}
 
 

@@ -125,6 +125,7 @@ def funcify_policy_node(op, node, **kwargs):
         plan.spec,
         plan.body.program.fingerprint(),
         plan.body.flags,
+        plan.body.classes,
         plan.finish,
         tuple(str(o.type) for o in node.outputs),
         op.yields_to,

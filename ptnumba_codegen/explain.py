@@ -83,6 +83,19 @@ def _as_written_label(node) -> str:
     return text
 
 
+def describe_input_facts(items) -> str:
+    """``0 in [0, 1]; 1 = sum of 0 over (1,)``: the intervals and relations (`ranges`)."""
+    parts = []
+    for item in items:
+        if item[0] == "range":
+            _, pos, lo, hi = item
+            parts.append(f"{pos} in [{lo:.6g}, {hi:.6g}]")
+        else:
+            kind, a, b, axes = item
+            parts.append(f"{b} = {kind.removesuffix('_of')} of {a} over {tuple(axes)}")
+    return "; ".join(parts)
+
+
 def explain_node(node) -> list[str]:
     op = node.op
     head = f"{type(op).stock_class.__name__}: {op}  [policy {op.policy.name}]"
@@ -91,6 +104,9 @@ def explain_node(node) -> list[str]:
         parts = [f"{p} ({', '.join(sorted(describe(r) for r in needs[p]))})" for p in sorted(needs)]
         head += f"  outputs compared downstream: {', '.join(parts)}"
     lines = [head]
+    known = describe_input_facts(getattr(op, "input_facts", ()))
+    if known:
+        lines.append(f"    inputs known: {known}")
     try:
         plan = plan_node(node)
     except Unsupported as err:

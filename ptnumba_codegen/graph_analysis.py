@@ -19,22 +19,21 @@ from __future__ import annotations
 
 from pytensor.compile.ops import DeepCopyOp, ViewOp
 from pytensor.graph.fg import FunctionGraph
-from pytensor.scalar.basic import ScalarOp
 import pytensor.tensor.basic as ptb
 from pytensor.tensor.shape import Reshape, SpecifyShape
 import pytensor.tensor.subtensor as ptsub
-from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
-from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
+from pytensor.tensor.elemwise import CAReduce, DimShuffle
 from pytensor.tensor.rewriting.scalarize import (
     ScalarCAReduce,
-    ScalarizedElemwise,
     ScalarizedJoin,
     ScalarSubtensor,
 )
 from pytensor.scalar.basic import Maximum, Minimum
 
 from ptnumba_codegen.analysis import EXACT, relaxable_under, sensitive_inputs
-from ptnumba_codegen.program import Program, from_scalar_op
+from ptnumba_codegen.graph_ranges import GraphFacts, graph_facts
+from ptnumba_codegen.kernel_programs import inner_careduce, kernel_program
+from ptnumba_codegen.ranges import reduction_needs
 
 # Ops whose float inputs reach their outputs unchanged (views, copies, gathers, joins):
 # a predicate on an output is the same predicate on the inputs.
@@ -61,49 +60,21 @@ COMBINING_OPS: tuple[type, ...] = (ptsub.IncSubtensor, ptsub.AdvancedIncSubtenso
 DECIDING_REDUCERS = (Maximum, Minimum)
 
 
-def inner_elemwise(op):
-    [node] = [n for n in op.fgraph.apply_nodes if isinstance(n.op, Elemwise)]
-    return node
-
-
-def inner_careduce(op):
-    [node] = [n for n in op.fgraph.apply_nodes if isinstance(n.op, CAReduce)]
-    return node
-
-
-def kernel_program(node) -> tuple[Program, int] | None:
-    """(scalar program, number of outer inputs it reads) of a kernel node, else None."""
-    op = node.op
-    if isinstance(op, Elemwise):
-        return (
-            from_scalar_op(op.scalar_op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs]),
-            len(node.inputs),
-        )
-    if isinstance(op, FusedElemwise | ScalarizedElemwise):
-        inner = inner_elemwise(op)
-        return (
-            from_scalar_op(
-                inner.op.scalar_op,
-                [i.type.dtype for i in inner.inputs],
-                [o.type.dtype for o in inner.outputs],
-            ),
-            len(inner.inputs),
-        )
-    if isinstance(op, ScalarOp):
-        return (
-            from_scalar_op(op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs]),
-            len(node.inputs),
-        )
-    return None
-
-
-def program_sensitive_outputs(node, sensitive_vars) -> frozenset:
+def program_sensitive_outputs(node, sensitive_vars, facts: GraphFacts | None = None) -> frozenset:
     """What each output of a kernel node must preserve, as ``(position, requirement)``
-    pairs (see `analysis.output_needs`)."""
+    pairs on the program's output values (see `analysis.output_needs`). A requirement on
+    a reduced output becomes what it asks of the elements (`ranges.reduction_needs`:
+    exact, unless the elements' intervals decide it)."""
     out = {i: set(sensitive_vars.get(o, ())) for i, o in enumerate(node.outputs)}
+    node_facts = facts.nodes.get(node) if facts is not None else None
     for i, spec in enumerate(getattr(node.op, "reduced_outputs", ()) or ()):
-        if spec is not None and isinstance(spec[0], DECIDING_REDUCERS):
+        if spec is None:
+            continue
+        if isinstance(spec[0], DECIDING_REDUCERS):
             out[i].add(EXACT)  # a max/min reduction decides on every element it sees
+        elif out[i]:
+            reduced = node_facts.reduced.get(i) if node_facts is not None else None
+            out[i] = reduction_needs(out[i], reduced) if reduced is not None else {EXACT}
     return frozenset((i, r) for i, reqs in out.items() for r in reqs)
 
 
@@ -115,10 +86,13 @@ def _is_float(var) -> bool:
     return getattr(var.type, "dtype", "")[:5] == "float"
 
 
-def sensitive_variables(fgraph: FunctionGraph, policy=None) -> dict:
+def sensitive_variables(fgraph: FunctionGraph, policy=None, facts: GraphFacts | None = None) -> dict:
     """``{variable: requirements}`` for every variable of ``fgraph`` whose exact value (or
     a predicate on it) feeds a decision. ``policy`` decides which producers may be decided
-    robustly (`analysis.relaxable_under`)."""
+    robustly (`analysis.relaxable_under`); ``facts`` are the graph's intervals
+    (`graph_ranges.graph_facts`, computed when not given)."""
+    if facts is None:
+        facts = graph_facts(fgraph)
     needs: dict = {}
 
     def add(var, reqs):
@@ -131,7 +105,10 @@ def sensitive_variables(fgraph: FunctionGraph, policy=None) -> dict:
         if prog is not None:
             program, n_read = prog
             found = sensitive_inputs(
-                program, program_sensitive_outputs(node, needs), relaxable_under(program, policy)
+                program,
+                program_sensitive_outputs(node, needs, facts),
+                relaxable_under(program, policy),
+                facts.input_facts(node),
             )
             for p, reqs in found.items():
                 if p < n_read:

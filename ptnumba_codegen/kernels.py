@@ -20,7 +20,8 @@ from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwi
 
 from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
-from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS, inner_careduce, inner_elemwise
+from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS
+from ptnumba_codegen.kernel_programs import inner_careduce, inner_elemwise
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
 from ptnumba_codegen.lowering.loop import LoopSpec, Reduce, stock_order_slots
@@ -107,7 +108,7 @@ def plan_elemwise(node) -> KernelPlan:
     program = from_scalar_op(
         op.scalar_op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs]
     )
-    body = plan_body(program, op.policy, op.sensitive_outputs)
+    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
     spec = LoopSpec(
         ndim=node.outputs[0].type.ndim,
         input_bc=tuple(i.type.broadcastable for i in node.inputs),
@@ -133,10 +134,10 @@ def plan_indexed_fused(node) -> KernelPlan:
     program = from_scalar_op(
         inner.op.scalar_op, [i.type.dtype for i in inner.inputs], [o.type.dtype for o in inner.outputs]
     )
-    body = plan_body(program, op.policy, op.sensitive_outputs)
+    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
     graph = op.fgraph.unfreeze()
     [el] = [n for n in graph.apply_nodes if isinstance(n.op, Elemwise)]
-    scalar = with_policy(el.op.scalar_op, op.policy, op.sensitive_outputs)
+    scalar = with_policy(el.op.scalar_op, op.policy, op.sensitive_outputs, (), op.input_facts)
     new_el = Elemwise(scalar, inplace_pattern=el.op.inplace_pattern).make_node(*el.inputs)
     graph.replace_all(list(zip(el.outputs, new_el.outputs, strict=True)), reason="policy_codegen")
     rebuilt = type(stock_op(op))(
@@ -163,7 +164,7 @@ def plan_fused(node) -> KernelPlan:
     program = from_scalar_op(
         inner.op.scalar_op, [i.type.dtype for i in inner.inputs], [o.type.dtype for o in inner.outputs]
     )
-    body = plan_body(program, op.policy, op.sensitive_outputs)
+    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
     ndim = inner.outputs[0].type.ndim
     input_bc = tuple(
         None if isinstance(outer.type, ScalarType) else inner_in.type.broadcastable
@@ -260,7 +261,7 @@ def plan_scalar_op(node) -> KernelPlan:
     program = from_scalar_op(
         stock_op(op), [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs]
     )
-    body = plan_body(program, op.policy, op.sensitive_outputs)
+    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
     return KernelPlan("scalar", None, body, tuple(Finish("as_is") for _ in node.outputs))
 
 

@@ -16,8 +16,9 @@ from ptnumba_codegen.policy import Policy
 
 
 class PolicyMixin:
-    """Marks an op as carrying ``policy``, ``sensitive_outputs`` and ``yields_to`` (the
-    other thread pools of its function, see `pools`: its loops do not split)."""
+    """Marks an op as carrying ``policy``, ``sensitive_outputs``, ``input_facts`` and
+    ``yields_to`` (the other thread pools of its function, see `pools`: its loops do not
+    split)."""
 
     __slots__ = ()
 
@@ -37,14 +38,20 @@ def policy_class(base: type) -> type:
             and self.policy == other.policy
             and self.sensitive_outputs == other.sensitive_outputs
             and self.yields_to == other.yields_to
+            and self.input_facts == other.input_facts
         )
 
     def __hash__(self):
-        return hash((base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to))
+        return hash(
+            (base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to, self.input_facts)
+        )
 
     def __reduce__(self):
         # the class is made at runtime, so pickle the stock op and re-apply the policy
-        return (with_policy, (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to))
+        return (
+            with_policy,
+            (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to, self.input_facts),
+        )
 
     namespace = {
         "stock_class": base,
@@ -77,16 +84,19 @@ def on_policy_class(hook) -> None:
         hook(cls)
 
 
-_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to")
+_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to", "input_facts")
 
 
-def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=()):
-    """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy``."""
+def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=(), input_facts=()):
+    """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy`` (and what
+    the analysis found: requirements on its outputs, intervals and relations of its
+    inputs, see `graph_ranges`)."""
     new = copy.copy(stock_op(op))
     new.__class__ = policy_class(type(op))
     new.policy = policy
     new.sensitive_outputs = needs_items(output_needs(sensitive_outputs))
     new.yields_to = tuple(yields_to)
+    new.input_facts = tuple(input_facts)
     return new
 
 

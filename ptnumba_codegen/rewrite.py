@@ -21,6 +21,7 @@ from pytensor.graph.rewriting.basic import GraphRewriter
 from ptnumba_codegen.as_written import INLINE_POSITION, AsWrittenPass, InlineAsWritten
 from ptnumba_codegen.as_written import POSITION as AS_WRITTEN_POSITION
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
+from ptnumba_codegen.graph_ranges import graph_facts
 from ptnumba_codegen.kernels import planner_for
 from ptnumba_codegen.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
@@ -70,7 +71,8 @@ class PolicyCodegen(GraphRewriter):
             policy = load_policy(self.policy)
         except PolicyError as err:
             raise PolicyLoadError(str(err)) from None
-        sensitive = sensitive_variables(fgraph, policy)
+        facts = graph_facts(fgraph)
+        sensitive = sensitive_variables(fgraph, policy, facts)
         if policy.parallel.enabled:
             ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool
         yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
@@ -80,7 +82,9 @@ class PolicyCodegen(GraphRewriter):
                 continue
             if self.kinds is not None and not isinstance(node.op, self.kinds):
                 continue
-            new_op = with_policy(node.op, policy, program_sensitive_outputs(node, sensitive), yields)
+            new_op = with_policy(
+                node.op, policy, program_sensitive_outputs(node, sensitive, facts), yields, facts.input_facts(node)
+            )
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
             for old, new in zip(node.outputs, new_node.outputs, strict=True):
                 new.name = old.name

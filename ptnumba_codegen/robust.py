@@ -162,6 +162,30 @@ RULES: dict[type, Callable] = {
 }
 
 
+# Ops whose output, computed strictly (IEEE 754), is NaN exactly when one of these
+# predicates holds on an operand (two operands, or one): the output's NaN pattern needs
+# only them, so such an op passes a NaN-pattern requirement on instead of needing exact
+# inputs (the op itself stays strict). Inputs whose intervals (`ranges`) fix a predicate
+# drop it: e / s with e, s finite needs only their NaN and zero patterns.
+_INFINITIES = (cmp("eq", math.inf), cmp("eq", -math.inf))
+NAN_SOURCES: dict[type, tuple] = {
+    ps.Add: (NAN, *_INFINITIES),  # inf + -inf
+    ps.Sub: (NAN, *_INFINITIES),  # inf - inf
+    ps.Mul: (NAN, cmp("eq", 0.0), *_INFINITIES),  # 0 * inf
+    ps.TrueDiv: (NAN, cmp("eq", 0.0), *_INFINITIES),  # 0 / 0, inf / inf
+    ps.Abs: (NAN,),
+}
+NAN_SOURCE_ARITY = {ps.Abs: 1}
+
+
+def nan_sources(op, n_inputs: int) -> tuple | None:
+    """The predicates on each operand that decide ``op``'s NaN pattern, or None."""
+    preds = NAN_SOURCES.get(type(op))
+    if preds is None or n_inputs != NAN_SOURCE_ARITY.get(type(op), 2):
+        return None
+    return preds
+
+
 _SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 

@@ -387,3 +387,31 @@ def test_gammaln_psi_of_integers_are_vectorized():
         np.testing.assert_array_equal(np.isfinite(g), np.isfinite(r))
         np.testing.assert_array_equal(g[~np.isfinite(r)], r[~np.isfinite(r)])
         np.testing.assert_allclose(g[np.isfinite(r)], r[np.isfinite(r)], rtol=4 * np.finfo(g.dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_saturated_exp_lanes_get_libms_bits(dtype):
+    """Lanes where exp is exactly +0 or +inf (-inf, log(0) inputs, deep underflow) get the
+    result by a select, off libmvec's slow callout (`vector_math._SATURATED`); at and
+    around the select's bounds every lane equals stock strict bit for bit."""
+    from ptnumba_codegen.lowering.vector_math import _SATURATED
+
+    (below, _), (above, _) = _SATURATED[("exp", dtype)]
+    ulps = np.arange(-200, 201)
+    near = [np.array(b, dtype=dtype) + ulps.astype(dtype) * np.spacing(np.array(b, dtype=dtype)) for b in (below, above)]
+    rng = np.random.default_rng(5)
+    wide = rng.uniform(-1.2 * abs(below), 1.2 * above, 2000).astype(dtype)
+    special = np.array([-np.inf, np.inf, np.nan, -1e30, 1e30, 0.0, -0.0], dtype=dtype)
+    vals = np.concatenate([*near, wide, special, np.full(64, -np.inf, dtype=dtype)])
+    x = pt.vector("x", dtype=dtype)
+    fn = compile_fn([x], pt.exp(x) * 1.0, "policy_default", cache_key=("saturated_exp", dtype))
+    ref = compile_fn([x], pt.exp(x) * 1.0, "stock_strict", cache_key=("saturated_exp", dtype))
+    with np.errstate(all="ignore"):
+        got, want = fn(vals), ref(vals)
+    saturated = (want == 0) | np.isinf(want)
+    assert saturated.sum() > 400 and (~saturated).sum() > 400
+    np.testing.assert_array_equal(got[saturated], want[saturated])
+    np.testing.assert_array_equal(np.signbit(got[saturated]), np.signbit(want[saturated]))
+    np.testing.assert_allclose(got[~saturated & ~np.isnan(want)], want[~saturated & ~np.isnan(want)], rtol=4 * np.finfo(dtype).eps)
+    labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+    assert any(lab and "exp" in lab for lab in labels), labels

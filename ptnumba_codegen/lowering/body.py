@@ -55,11 +55,12 @@ def _lanes_where_they_pay(emitters: list) -> list:
     return [getattr(e, "without_lanes", e) for e in emitters]
 
 
-def plan_body(program: Program, policy: Policy, sensitive_outputs=()) -> PlannedBody:
-    """Classify and plan every instruction; raises Unsupported if one cannot be lowered."""
+def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_facts=()) -> PlannedBody:
+    """Classify and plan every instruction; raises Unsupported if one cannot be lowered.
+    ``input_facts``: the inputs' intervals and relations (`graph_ranges`)."""
     for d in (*program.input_dtypes, *program.output_dtypes):
         numba_type(d)
-    analysis = analyze(program, sensitive_outputs, relaxable_under(program, policy))
+    analysis = analyze(program, sensitive_outputs, relaxable_under(program, policy), input_facts)
     classes = analysis.classes
     flags, emitters = [], []
     for instr, klass in zip(program.instrs, classes, strict=True):
