@@ -256,7 +256,7 @@ def test_explain_reports_the_thread_decision(policies):
     fn = compiled("logp_sum", VECTOR_GRAPHS["logp_sum"], policies["split"], "split")
     assert "threads: split in shape-fixed blocks along axis 0 from 1 elements" in ptnumba_codegen.explain(fn)
     strict = compiled("sum_all", MATRIX_GRAPHS["sum_all"], policies["split_strict"], "split_strict")
-    assert "threads: never split: every axis is reduced or of length 1, or a full reduction must keep its order" in (
+    assert "threads: never split: every axis is reduced, of length 1 or short by its type, or a full reduction must keep its order" in (
         ptnumba_codegen.explain(strict)
     )
 
@@ -321,3 +321,36 @@ def test_numbas_openmp_pool_spins_briefly_unless_the_user_chose(preset):
     if layer != "omp":
         pytest.skip(f"numba's threading layer is {layer}, not GNU OpenMP")
     assert spin == (preset or OMP_SPIN_COUNT)
+
+
+def test_short_static_axes_are_not_split_and_keep_their_trip_count():
+    """The gradient of 2 mixture components summed over rows: splitting the 2 columns gives
+    at most 2 chunks and hides their trip count from LLVM (the chunk runs ``[lo, hi)``).
+    Not split, the nest is emitted inline with every static length (no chunk function)."""
+    from ptnumba_codegen.lowering.loop import MIN_SPLIT_LENGTH, Reduce, LoopSpec, split_axis
+
+    def spec(shape):
+        red = Reduce("Add", (0,), 0.0, "float64", (), False)
+        bc = tuple(n == 1 for n in shape)
+        return LoopSpec(2, (bc, bc), (bc, (True, bc[1])), ("float64", "float64"), reduces=(None, red), static_shape=shape)
+
+    assert split_axis(spec((None, 2))) is None
+    assert split_axis(spec((None, MIN_SPLIT_LENGTH - 1))) is None
+    assert split_axis(spec((None, MIN_SPLIT_LENGTH))) == 1
+    assert split_axis(spec((None, None))) == 1
+    n = 70_000
+    g0, xx = pt.tensor("g0", shape=(None, 2)), pt.tensor("xx", shape=(None, 2))
+    mx, g1 = pt.tensor("mx", shape=(None, 1)), pt.tensor("g1", shape=(None, 1))
+    g = g0 + pt.eq(xx, mx) * g1
+    with pytensor.config.change_flags(numba__cache=False):
+        fn = pytensor.function([g0, g1, mx, xx], [g, g.sum(0)], mode=ptnumba_codegen.policy_mode("default"))
+    rng = np.random.default_rng(1)
+    G0, G1, MX = rng.normal(size=(n, 2)), rng.normal(size=(n, 1)), rng.normal(size=(n, 1))
+    XX = np.concatenate([MX, MX - 1], axis=1)
+    got = fn(G0, G1, MX, XX)
+    want = G0 + (XX == MX) * G1
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_allclose(got[1], want.sum(0), rtol=1e-12)
+    assert "threads: never split" in ptnumba_codegen.explain(fn)
+    ir = "\n".join(fn.vm.jit_fn.inspect_llvm().values())
+    assert "@ptnumba_chunk_" not in ir

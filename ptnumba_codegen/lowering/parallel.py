@@ -76,7 +76,7 @@ def split_decision(spec, planned, parallel, yields_to=()) -> tuple[bool, Split |
     ``yields_to``: the other thread pools of the kernel's function (`pools`)."""
     axis = split_axis(spec)
     if axis is None:
-        return False, None, "never split: every axis is reduced or of length 1, or a full reduction must keep its order"
+        return False, None, "never split: every axis is reduced, of length 1 or short by its type, or a full reduction must keep its order"
     if planned.stock_keys:
         return False, None, "never split: the body calls a stock function"
     if parallel is None:
