@@ -106,6 +106,8 @@ def _expands_reduced_axes(op: DimShuffle, ndim: int, axes) -> bool:
 def _kernel(node, facts: GraphFacts) -> None:
     program, n_read = kernel_program(node)
     ins = list(node.inputs[:n_read])
+    # an indexed read (a gather) puts other rows next to the ones a reduction summed
+    gathers = any(e is not None for e in getattr(node.op, "indexed_inputs", None) or ())
     items = []
     for pos, var in enumerate(ins):
         f = facts.vars.get(var)
@@ -115,14 +117,19 @@ def _kernel(node, facts: GraphFacts) -> None:
             items.append(("range", pos, *f.interval))
         if f.broadcast_of is not None:
             kind, src, axes = f.broadcast_of
-            if kind in RELATIONS and src in ins and getattr(src.type, "ndim", -1) == var.type.ndim:
+            if kind in RELATIONS and not gathers and src in ins and getattr(src.type, "ndim", -1) == var.type.ndim:
                 items.append((RELATIONS[kind], ins.index(src), pos, tuple(axes)))
     items = tuple(items)
     facts.inputs[node] = items
     pr = program_ranges(program, items)
     specs = getattr(node.op, "reduced_outputs", None) or (None,) * len(node.outputs)
     reduced = {}
+    scattered = {
+        pos for e in getattr(node.op, "indexed_outputs", None) or () if e is not None for pos in e[0]
+    }  # written into an update target through an index: the target's values, plus these
     for i, (out, spec) in enumerate(zip(node.outputs, specs, strict=True)):
+        if i in scattered or i >= len(program.outputs):
+            continue
         vid = program.outputs[i]
         elements = pr.ranges.get(vid, UNKNOWN)
         if spec is None:

@@ -237,3 +237,24 @@ def test_categorical_checks_that_depend_on_rounding_keep_exp_strict(variant, why
     X = categorical_rows(5, rng)
     _check_rows_one_by_one(fn, ref, X[:120], rng)
     assert "comparison_sensitive" in _exp_classes(fn), why
+
+
+def test_a_scatter_add_output_holds_the_targets_values_not_the_bodys():
+    """``inc_subtensor(t[idx], exp(x))`` is t plus exps: no [0, inf] interval for it, so a
+    decision on it (``>= 0``, a tie when t = -exp(x)) keeps exp strict."""
+    from ptnumba_codegen.graph_ranges import graph_facts
+
+    x, t, idx = pt.vector("x"), pt.vector("t"), pt.lvector("idx")
+    out = pt.inc_subtensor(t[idx], pt.exp(x))
+    fn = compile_fn([x, idx, t], [out, pt.ge(out, 0)], "policy_default", cache_key="scatter_range")
+    ref = compile_fn([x, idx, t], [out, pt.ge(out, 0)], "stock_strict", cache_key="scatter_range")
+    [kernel] = [n for n in fn.maker.fgraph.toposort() if getattr(n.op, "indexed_outputs", None)]
+    assert graph_facts(fn.maker.fgraph).vars.get(kernel.outputs[0]) is None
+    assert "comparison_sensitive" in _exp_classes(fn)
+    xv = np.random.default_rng(2).uniform(-3, 3, 500)
+    tv = -np.exp(xv) * (1 + np.random.default_rng(3).integers(-2, 3, 500) * 2.0**-52)  # ties, ulps off
+    ix = np.arange(500)
+    got, want = fn(xv, ix, tv), ref(xv, ix, tv)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])
+    assert want[1].any() and not want[1].all()
