@@ -103,6 +103,9 @@ TERNARY = {
 }
 
 REDUCTIONS = ("sum", "prod", "max", "min", "all", "any")
+# what follows a reduction: nothing, its reciprocal (the sign of a zero), or a decision on
+# it against a constant (a predicate on a sum is not one on its terms: graph_ranges)
+AFTER_REDUCTION = (False, True, "le1", "ge0", "eq0")
 LAYOUTS = ("C", "C", "F", "strided", "reversed", "transposed")
 
 
@@ -114,7 +117,7 @@ class Batch:
     shape: tuple[int, ...]  # the iteration shape every input broadcasts to
     inputs: tuple[tuple[str, tuple[bool, ...]], ...]  # (dtype, broadcastable) per input
     graphs: tuple  # expression trees: ("in", k) | ("const", value) | (op, child, ...)
-    reductions: tuple  # per graph: None or (name, axes or None, then_reciprocal)
+    reductions: tuple  # per graph: None or (name, axes or None, what follows: AFTER_REDUCTION)
     grads: tuple[bool, ...]  # per graph: also its gradient
     seed: int
 
@@ -156,7 +159,7 @@ def batches(draw, n_graphs: int, min_ndim: int = 0, max_ndim: int = MAX_NDIM):
             reductions.append(None)
             continue
         axes = draw(st.one_of(st.none(), st.sets(st.integers(0, ndim - 1), min_size=1).map(lambda s: tuple(sorted(s)))))
-        reductions.append((draw(st.sampled_from(REDUCTIONS)), axes, draw(st.booleans())))
+        reductions.append((draw(st.sampled_from(REDUCTIONS)), axes, draw(st.sampled_from(AFTER_REDUCTION))))
     grads = tuple(draw(st.integers(0, 3)) == 0 for _ in range(n_graphs))
     return Batch(tuple(sizes), tuple(inputs), graphs, tuple(reductions), grads, draw(st.integers(0, 2**32 - 1)))
 
@@ -189,12 +192,16 @@ def _build(tree, xs):
 
 
 def _reduce(x, spec):
-    name, axes, then_reciprocal = spec
+    name, axes, then = spec
     if x.ndim == 0:
         return x
     axes = None if axes is None else tuple(a for a in axes if a < x.ndim) or None
     out = getattr(pt, name)(x, axis=axes)
-    return pt.reciprocal(out) if then_reciprocal and out.dtype in FLOATS else out
+    if then is True and out.dtype in FLOATS:
+        return pt.reciprocal(out)
+    if then in ("le1", "ge0", "eq0") and out.dtype != "bool":
+        return {"le1": pt.le(out, 1), "ge0": pt.ge(out, 0), "eq0": pt.eq(out, 0)}[then]
+    return out
 
 
 def build(batch: Batch):
