@@ -258,3 +258,20 @@ def test_a_scatter_add_output_holds_the_targets_values_not_the_bodys():
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_array_equal(got[0], want[0])
     assert want[1].any() and not want[1].all()
+
+
+def test_no_nan_pattern_passes_through_ops_whose_strict_flags_drop_nan_semantics(tmp_path):
+    """Under a policy whose comparison-sensitive class carries ``nnan``, a strict Sub may
+    fold away the NaN it would pass on: its operands are needed exactly again."""
+    from ptnumba_codegen.analysis import relaxable_under
+    from ptnumba_codegen.policy import load_policy
+
+    path = tmp_path / "nnan_strict.toml"
+    path.write_text('extends = "default"\n[classes.comparison_sensitive]\nflags = ["nnan"]\n')
+    a = ps.float64("a")
+    prog = _program([a], [ps.le(abs(a - 1.0), 1e-5)])
+    facts = (("range", 0, 1 - 1e-14, 1 + 1e-14),)
+    default = analyze(prog, (), relaxable_under(prog, load_policy("default")), facts)
+    assert default.needs[prog.inputs[0]] == {NAN}
+    nnan = analyze(prog, (), relaxable_under(prog, load_policy(str(path))), facts)
+    assert nnan.needs[prog.inputs[0]] == {EXACT}
