@@ -415,3 +415,22 @@ def test_saturated_exp_lanes_get_libms_bits(dtype):
     np.testing.assert_allclose(got[~saturated & ~np.isnan(want)], want[~saturated & ~np.isnan(want)], rtol=4 * np.finfo(dtype).eps)
     labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
     assert any(lab and "exp" in lab for lab in labels), labels
+
+
+def test_a_body_with_a_stock_call_keeps_scalar_transcendentals():
+    """A stock call (erfcx: a function numba compiles on its own) keeps the loop scalar; a
+    vector function there would do a whole vector's work per element. The body's other
+    transcendentals get their scalar forms (libm), so the kernel is as fast as stock's."""
+    x, y = pt.vectors("x", "y")
+    out = pt.erfcx(x) + pt.exp(y) * pt.sigmoid(x) + pt.log1p(pt.exp(-y))
+    fn = compile_fn([x, y], out, "policy_default", cache_key="stock_call_body")
+    ref = compile_fn([x, y], out, "stock_strict", cache_key="stock_call_body")
+    [node] = policy_nodes(fn)
+    body = plan_node(node).body
+    assert body.stock_keys and not body.uses_vector_math
+    rng = np.random.default_rng(4)
+    xv, yv = rng.uniform(-5, 5, 3000), rng.uniform(-30, 30, 3000)
+    np.testing.assert_allclose(fn(xv, yv), ref(xv, yv), rtol=8 * np.finfo("float64").eps)
+    # without the stock call the same transcendentals are vector calls
+    plain = compile_fn([x, y], pt.exp(y) * pt.sigmoid(x), "policy_default", cache_key="no_stock_call_body")
+    assert all(plan_node(n).body.uses_vector_math for n in policy_nodes(plain))

@@ -145,10 +145,10 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
         vdtype = vector and vector_dtype(t, vector, (*loop.inputs, *loop.outputs))
         ldtype = None if vdtype or not vector or t.flags else lane_dtype(vector, (*loop.inputs, *loop.outputs))
 
-        def emit_with(lanes):
+        def emit_with(lanes, vectors=True):
             def emit(context, builder, args, flags):
                 cast = [_cast(context, builder, a, f, l) for a, f, l in zip(args, t.inputs, loop.inputs)]
-                if vdtype:
+                if vdtype and vectors:
                     res = emit_vector(context, builder, vector, vdtype, cast)
                 elif lanes:
                     res = lane_call(builder, vector, cast[0], ldtype)
@@ -162,6 +162,8 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
         emit.label = f"libmvec {vector} ({vdtype})" if vdtype else f"libm lanes {vector} ({ldtype})" if ldtype else None
         if ldtype:
             emit.without_lanes = emit_with(False)
+        if vdtype:
+            emit.scalar_form = emit_with(False, vectors=False)  # numba's loop: scalar libm
         return emit
 
     plan.kind = f"ufunc:{np_ufunc.__name__}"

@@ -334,6 +334,7 @@ def vector_form(
 
         own = all(own_function(n) is not None for n in needs)
         emit.label = f"{'vector' if own else 'libmvec formula using'} {', '.join(needs)} ({dtype})"
+        emit.scalar_form = scalar_rule(t)  # for loops that cannot vectorize (body._vectors_where_they_pay)
         return emit
 
     plan.kind = f"{scalar_rule.kind} | vector formula"
