@@ -90,6 +90,17 @@ def stock_loop(op, node, plan: KernelPlan, **kwargs):
     return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
 
 
+def split_kernel(op, node, plan: KernelPlan, **kwargs):
+    """The inner graph of an indexed kernel (`indexed_split`), compiled as one function:
+    its policy nodes by the generator, gather and scatter-add by the stock funcify with
+    the numba fastmath the stock loop would give them."""
+    fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
+    kwargs = {k: v for k, v in kwargs.items() if k != "storage_map"}  # the outer graph's
+    with config.change_flags(numba__fastmath=fast):
+        fn, key = numba_funcify_and_cache_key(plan.stock_op, squeeze_output=True, fgraph_name="policy_split", **kwargs)
+    return fn, None if key is None else cache_key("split", fast, op.policy.digest, key)
+
+
 def build(node, plan: KernelPlan, **kwargs):
     name = f"policy_{type(node.op).stock_class.__name__.lower()}"
     fallback = compile_fallback(node.op, node, **kwargs)
@@ -114,6 +125,8 @@ def funcify_policy_node(op, node, **kwargs):
         return stock_fallback(op, node, str(err), **kwargs)
     if plan.kind == "stock_loop":
         return stock_loop(op, node, plan, **kwargs)
+    if plan.kind == "split":
+        return split_kernel(op, node, plan, **kwargs)
     stock_keys = plan.body.stock_keys
     if any(k is None for k, _fast in stock_keys):
         key = None  # a stock function inside is uncacheable, so is the kernel (as in stock)

@@ -130,6 +130,13 @@ def explain_node(node) -> list[str]:
         from ptnumba_codegen.lowering.parallel import split_decision
 
         lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}")
+    if plan.kind == "stock_loop":
+        lines.append("    loop: the stock indexed loop around this core (gathers/scatter-adds)")
+    if plan.kind == "split":
+        parts = ", ".join(
+            f"{type(n.op).__name__}{' (policy)' if hasattr(n.op, 'policy') else ''}" for n in plan.stock_op.toposort()
+        )
+        lines.append(f"    lowered as its parts (indexed_split: the body calls vector functions): {parts}")
     if plan.spec is not None and plan.spec.reduces:
         for i, red in enumerate(plan.spec.reduces):
             if red is not None:

@@ -21,6 +21,7 @@ from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwi
 from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
 from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS
+from ptnumba_codegen.indexed_split import split_graph, splits
 from ptnumba_codegen.kernel_programs import inner_careduce, inner_elemwise
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
@@ -48,11 +49,12 @@ REDUCERS: dict[type, str] = {
 
 @dataclass(frozen=True)
 class KernelPlan:
-    kind: str  # "loop", "scalar", or "stock_loop" (the stock loop around our scalar core)
+    kind: str  # "loop", "scalar", "stock_loop" (the stock loop around our scalar core),
+    # or "split" (an indexed kernel compiled as its inner graph: `stock_op` is that graph)
     spec: LoopSpec | None
     body: PlannedBody
     finish: tuple[Finish, ...]
-    stock_op: object = None  # for "stock_loop": the op the stock funcify compiles
+    stock_op: object = None  # "stock_loop": the op the stock funcify compiles; "split": the graph
 
 
 def _reducer(scalar_op) -> str:
@@ -122,7 +124,8 @@ def plan_elemwise(node) -> KernelPlan:
 
 
 def plan_indexed_fused(node) -> KernelPlan:
-    """Indexed reads/writes (gathers, scatter-adds): the stock loop, our scalar core.
+    """Indexed reads/writes (gathers, scatter-adds): the stock loop, our scalar core; or,
+    when its body would call vector functions, its inner graph (`indexed_split`).
 
     The FusedElemwise is rebuilt with its inner Elemwise's scalar op carrying the policy, so
     the stock funcify dispatches the scalar core to the generator (per-instruction flags,
@@ -135,6 +138,11 @@ def plan_indexed_fused(node) -> KernelPlan:
         inner.op.scalar_op, [i.type.dtype for i in inner.inputs], [o.type.dtype for o in inner.outputs]
     )
     body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
+    if splits(op, body):
+        try:
+            return KernelPlan("split", None, body, (), stock_op=split_graph(op))
+        except Unsupported:
+            pass  # not the gather/body/scatter shape: the stock loop below
     graph = op.fgraph.unfreeze()
     [el] = [n for n in graph.apply_nodes if isinstance(n.op, Elemwise)]
     scalar = with_policy(el.op.scalar_op, op.policy, op.sensitive_outputs, (), op.input_facts)

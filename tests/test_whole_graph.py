@@ -158,31 +158,91 @@ def test_scan_and_opfromgraph_inner_kernels_are_generated():
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-def test_indexed_fused_elemwise_runs_our_core_in_the_stock_loop():
-    from ptnumba_codegen.kernels import plan_node
-
+def _indexed_graph(transcendental: bool):
     x, b = pt.vectors("x", "b")
     idx = pt.vector("idx", dtype="int64")
-    # a hierarchical-model shape: gather, transcendental, comparison, and its gradient (scatter-add)
-    out = pt.switch(pt.le(x[idx] * b * x[idx], 1.0), pt.exp(x[idx]) * b, 0.0).sum()
-    outs = [out, pytensor.grad(out, x)]
-    fn = compile_fn([x, idx, b], outs, "policy_default", cache_key="indexed")
-    fused = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, FusedElemwise) and n.op.indexed_inputs]
+    # a hierarchical-model shape: gather, body, comparison, and its gradient (scatter-add)
+    value = pt.exp(x[idx]) * b if transcendental else x[idx] * b * 3.0
+    out = pt.switch(pt.le(x[idx] * b * x[idx], 1.0), value, 0.0).sum()
+    return [x, idx, b], [out, pytensor.grad(out, x)]
+
+
+def _indexed_values():
+    rng = np.random.default_rng(3)
+    xv = rng.uniform(0.5, 1.5, 7)
+    iv = np.array([0, 3, 6, 3, -1, 2, 3, 3])
+    bv = rng.uniform(0.5, 1.5, 8)
+    bv[1] = 1.0 / (xv[3] * xv[3])  # a tie for the comparison
+    return xv, iv, bv
+
+
+def _indexed_fused(fn):
+    return [
+        n
+        for n in fn.maker.fgraph.toposort()
+        if isinstance(n.op, FusedElemwise) and any(e is not None for e in (*n.op.indexed_inputs, *n.op.indexed_outputs))
+    ]
+
+
+def _equal_decisions_and_values(fn, ins, outs, key):
+    ref = compile_fn(ins, outs, "stock_strict", cache_key=key)(*_indexed_values())
+    got = fn(*_indexed_values())
+    for a, e in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(a == 0, e == 0)
+        np.testing.assert_allclose(a, e, rtol=1e-12)
+    return got
+
+
+def test_indexed_fused_elemwise_runs_our_core_in_the_stock_loop():
+    """An indexed kernel of plain arithmetic: the stock indexed loop, our scalar core."""
+    from ptnumba_codegen.kernels import plan_node
+
+    ins, outs = _indexed_graph(transcendental=False)
+    fn = compile_fn(ins, outs, "policy_default", cache_key="indexed_arith")
+    fused = _indexed_fused(fn)
     assert fused and all(is_policy_op(n.op) for n in fused)
     for node in fused:
         assert ptnumba_codegen.fallback_reason(node) is None
         plan = plan_node(node)
         assert plan.kind == "stock_loop"
-        assert "comparison_sensitive" in plan.body.classes and plan.body.uses_vector_math
-    rng = np.random.default_rng(3)
-    xv = rng.uniform(0.5, 1.5, 7)
-    iv = np.array([0, 3, 6, 3, -1, 2])
-    bv = rng.uniform(0.5, 1.5, 6)
-    bv[1] = 1.0 / (xv[3] * xv[3])  # a tie for the comparison
-    ref = compile_fn([x, idx, b], outs, "stock_strict", cache_key="indexed")(xv, iv, bv)
-    for a, e in zip(fn(xv, iv, bv), ref, strict=True):
-        np.testing.assert_array_equal(a == 0, e == 0)
-        np.testing.assert_allclose(a, e, rtol=1e-12)
+        assert "comparison_sensitive" in plan.body.classes
+    _equal_decisions_and_values(fn, ins, outs, "indexed_arith")
+
+
+def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch):
+    """A gather/scatter-add kernel whose body calls vector functions keeps its place in
+    the graph (PyTensor's fusion tests look for it) and is lowered as its inner graph
+    (`indexed_split`): gather, vectorized policy kernel, policy reductions, scatter-add.
+    Its decisions and values are stock strict's; the scatter-add (rows 3 four times, in
+    order) and every element bit for bit those of the fused indexed loop."""
+    from ptnumba_codegen import indexed_split
+    from ptnumba_codegen.kernels import plan_node
+
+    ins, outs = _indexed_graph(transcendental=True)
+    fn = compile_fn(ins, outs, "policy_default", cache_key="indexed")
+    fused = _indexed_fused(fn)
+    assert fused and all(is_policy_op(n.op) for n in fused)
+    plans = [plan_node(n) for n in fused]
+    assert {p.kind for p in plans} == {"split"}
+    inner = [n for p in plans for n in p.stock_op.apply_nodes if is_policy_op(n.op)]
+    inner_bodies = [plan_node(n).body for n in inner if isinstance(n.op, Elemwise)]
+    assert any(b.uses_vector_math for b in inner_bodies)
+    assert any("comparison_sensitive" in b.classes for b in inner_bodies)
+    assert all(ptnumba_codegen.fallback_reason(n) is None for n in (*fused, *inner))
+    split = _equal_decisions_and_values(fn, ins, outs, "indexed")
+    assert "lowered as its parts" in ptnumba_codegen.explain(fn)
+
+    # the same kernels as one fused indexed loop (the rule switched off): the same bits
+    monkeypatch.setattr(indexed_split, "SPLIT_WHEN", (*indexed_split.SPLIT_WHEN, (lambda op, body: False, "off")))
+    loop = compile_fn(ins, outs, "policy_default", cache_key="indexed_unsplit")
+    assert {plan_node(n).kind for n in _indexed_fused(loop)} == {"stock_loop"}
+    joined = loop(*_indexed_values())
+    np.testing.assert_array_equal(split[1], joined[1])  # the gradient: gather, exp, scatter-add
+    np.testing.assert_allclose(split[0], joined[0], rtol=1e-15)  # a sum: its order may differ
+
+    # under strict nothing is vectorized: the fused indexed loop
+    strict = compile_fn(ins, outs, "policy_strict", cache_key="indexed")
+    assert {plan_node(n).kind for n in _indexed_fused(strict)} == {"stock_loop"}
 
 
 def test_prod_without_zeros_reduction():
