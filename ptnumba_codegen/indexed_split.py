@@ -38,12 +38,26 @@ def indexed(op) -> bool:
     return any(e is not None for e in entries)
 
 
+def _scatters(op):
+    return [n for n in op.fgraph.apply_nodes if type(n.op).__name__.startswith("AdvancedIncSubtensor")]
+
+
+def values_have_their_targets_ndim(op) -> bool:
+    return all(n.inputs[1].type.ndim == n.inputs[0].type.ndim for n in _scatters(op))
+
+
 # why an indexed kernel is lowered as its parts: (predicate(op, planned body), reason); all must hold
 SPLIT_WHEN = (
     (lambda op, body: indexed(op), "it reads or writes through an index (the stock loop, which never vectorizes)"),
     (
         lambda op, body: body.uses_vector_math,
         "its body calls vector functions, which the indexed loop would run one lane at a time",
+    ),
+    (
+        lambda op, body: values_have_their_targets_ndim(op),
+        "every scatter-add's value has its target's ndim: a write with non-indexed leading axes "
+        "has them moved right in the inner graph and the value padded by the fused loop only "
+        "(PyTensor's transpose_non_indexed_write_axes), so that inner graph does not run as is",
     ),
 )
 

@@ -256,3 +256,27 @@ def test_prod_without_zeros_reduction():
     ref = compile_fn([X], outs, "stock_strict", cache_key="pwz")(v)
     for a, e in zip(fn(v), ref, strict=True):
         np.testing.assert_array_equal(a, e)
+
+
+@pytest.mark.parametrize("target_shape, val_shape", [((5, 3), (10,)), ((2, 5, 3), (5, 10)), ((5, 3), (5, 10))])
+def test_indexed_writes_with_moved_axes_keep_the_fused_loop(target_shape, val_shape):
+    """A scatter-add along a later axis whose value omits leading target axes: PyTensor
+    moves those axes right in the inner graph and only the fused loop pads the value, so
+    that inner graph does not run as is (numba's inc cannot broadcast it): such a kernel
+    keeps the stock indexed loop (`indexed_split.SPLIT_WHEN`); one whose value covers
+    them is split. Both equal stock strict."""
+    from ptnumba_codegen.kernels import plan_node
+
+    rng = np.random.default_rng(42)
+    idx = rng.integers(target_shape[-1], size=10).astype(np.int64)
+    target = pt.tensor("target", shape=target_shape)
+    val = pt.tensor("val", shape=val_shape)
+    out = target[(*(slice(None),) * (len(target_shape) - 1), idx)].inc(pt.exp(val))
+    key = f"moved_axes_{target_shape}_{val_shape}"
+    fn = compile_fn([val, target], out, "policy_default", cache_key=key)
+    [node] = _indexed_fused(fn)
+    moved = len(val_shape) < len(target_shape)
+    assert plan_node(node).kind == ("stock_loop" if moved else "split")
+    valv, tv = rng.normal(size=val_shape), rng.normal(size=target_shape)
+    ref = compile_fn([val, target], out, "stock_strict", cache_key=key)(valv, tv)
+    np.testing.assert_allclose(fn(valv, tv), ref, rtol=1e-14)
