@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ptnumba_codegen import allocator
 from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.as_written_op import is_as_written
 from ptnumba_codegen.kernels import plan_node
@@ -190,6 +191,8 @@ def explain(fn, ir: bool = False) -> str:
     if counts["as_written"]:
         tail += f", {counts['as_written']} as-written cop{'y' if counts['as_written'] == 1 else 'ies'}"
     out.append(tail)
+    if counts["kernels"] and allocator.state():
+        out.append(f"memory: {allocator.state()}")
     if ir:
         out.append("")
         out.append(final_ir_report(fn))

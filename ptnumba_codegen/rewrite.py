@@ -18,6 +18,7 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
+from ptnumba_codegen import allocator
 from ptnumba_codegen.as_written import INLINE_POSITION, AsWrittenPass, InlineAsWritten
 from ptnumba_codegen.as_written import POSITION as AS_WRITTEN_POSITION
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
@@ -71,6 +72,7 @@ class PolicyCodegen(GraphRewriter):
             policy = load_policy(self.policy)
         except PolicyError as err:
             raise PolicyLoadError(str(err)) from None
+        allocator.configure()  # once per process: freed intermediates kept for the next call
         facts = graph_facts(fgraph)
         sensitive = sensitive_variables(fgraph, policy, facts)
         if policy.parallel.enabled:
