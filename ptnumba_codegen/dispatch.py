@@ -139,6 +139,7 @@ def funcify_policy_node(op, node, **kwargs):
         plan.body.program.fingerprint(),
         plan.body.flags,
         plan.body.classes,
+        plan.body.lazy_key,
         plan.finish,
         tuple(str(o.type) for o in node.outputs),
         op.yields_to,

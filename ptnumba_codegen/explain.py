@@ -97,6 +97,12 @@ def describe_input_facts(items) -> str:
     return "; ".join(parts)
 
 
+def describe_formula(formula) -> str:
+    """``(v0 & !v2) | v5``: the Switch conditions a lazily computed call runs under."""
+    terms = [" & ".join(f"{'' if p else '!'}v{c}" for c, p in sorted(t)) for t in sorted(formula, key=sorted)]
+    return " | ".join(f"({t})" if len(terms) > 1 and "&" in t else t for t in terms)
+
+
 def explain_node(node) -> list[str]:
     op = node.op
     head = f"{type(op).stock_class.__name__}: {op}  [policy {op.policy.name}]"
@@ -126,6 +132,8 @@ def explain_node(node) -> list[str]:
         note = ""
         if k in plan.body.robust:
             note = "  [decides " + ", ".join(sorted(describe(r) for r in plan.body.robust[k])) + " robustly]"
+        if k in plan.body.lazy:
+            note += f"  [only computed when {describe_formula(plan.body.lazy[k])}]"
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")
     if plan.kind == "loop" and plan.spec is not None:
         from ptnumba_codegen.lowering.parallel import split_decision

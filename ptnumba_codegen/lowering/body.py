@@ -11,6 +11,7 @@ from llvmlite import ir
 from ptnumba_codegen.analysis import analyze, relaxable_under
 from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
 from ptnumba_codegen.lowering.guards import branch_guards, emission_order
+from ptnumba_codegen.lowering.lazy_branches import condition_values, emit_lazily, lazy_guards
 from ptnumba_codegen.lowering.rules import plan_instr
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.policy import Policy
@@ -26,6 +27,7 @@ class PlannedBody:
     guards: dict = field(default_factory=dict)  # see lowering.guards
     order: tuple[int, ...] = ()
     robust: dict = field(default_factory=dict)  # instruction -> predicates it decides robustly
+    lazy: dict = field(default_factory=dict)  # instruction -> formula it is computed under (lazy_branches)
 
     @property
     def uses_vector_math(self) -> bool:
@@ -40,6 +42,11 @@ class PlannedBody:
                 keys.append(e.stock_key)
             keys.extend(getattr(e, "inner_stock_keys", ()))
         return tuple(keys)
+
+    @property
+    def lazy_key(self) -> tuple:
+        """`lazy` in a canonical, hashable form (part of the kernel's cache key)."""
+        return tuple((k, tuple(sorted(tuple(sorted(t)) for t in f))) for k, f in sorted(self.lazy.items()))
 
     def rows(self) -> list[tuple[str, str, tuple[str, ...]]]:
         """(instruction, class, flags) per instruction, for explain and tests."""
@@ -89,14 +96,17 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_fact
         )
     emitters = _lanes_where_they_pay(_vectors_where_they_pay(emitters))
     guards = branch_guards(program, emitters)
+    lazy = lazy_guards(program, emitters)
+    conditions = {k: condition_values(f) for k, f in lazy.items()}
     return PlannedBody(
         program,
         classes,
         tuple(flags),
         tuple(emitters),
         guards,
-        emission_order(program, guards),
+        emission_order(program, guards, conditions),
         dict(analysis.robust),
+        lazy,
     )
 
 
@@ -112,10 +122,20 @@ def emit_body(context, builder, planned: PlannedBody, args: list, record: list |
         args = [env[v] for v in instr.inputs]
         if k in planned.guards:
             args = _guarded(context, builder, planned, k, args, env)
-        with stamp(builder, flags, record):
-            outs = emitter(context, builder, args, flags)
+        if k in planned.lazy:
+            outs = emit_lazily(
+                context, builder, planned.lazy[k], env, program.dtypes,
+                lambda: _stamped(emitter, context, builder, args, flags, record),
+            )
+        else:
+            outs = _stamped(emitter, context, builder, args, flags, record)
         env.update(zip(instr.outputs, outs, strict=True))
     return [env[v] for v in program.outputs]
+
+
+def _stamped(emitter, context, builder, args, flags, record):
+    with stamp(builder, flags, record):
+        return emitter(context, builder, args, flags)
 
 
 def _guarded(context, builder, planned, k, args, env):

@@ -54,8 +54,12 @@ def branch_guards(program: Program, emitters) -> dict[int, tuple[int, bool]]:
     return guards
 
 
-def emission_order(program: Program, guards: dict[int, tuple[int, bool]]) -> tuple[int, ...]:
-    """A topological order emitting each guard's condition before the guarded call."""
+def emission_order(
+    program: Program, guards: dict[int, tuple[int, bool]], conditions: dict[int, set[int]] | None = None
+) -> tuple[int, ...]:
+    """A topological order emitting each guard's condition before the guarded call (and
+    ``conditions[k]``, the values a lazily computed call is branched on, before it)."""
+    conditions = conditions or {}
     producer = program.producers()
     done: set[int] = set()
     order: list[int] = []
@@ -67,6 +71,7 @@ def emission_order(program: Program, guards: dict[int, tuple[int, bool]]) -> tup
         deps = list(program.instrs[k].inputs)
         if k in guards:
             deps.insert(0, guards[k][0])
+        deps[:0] = sorted(conditions.get(k, ()))
         for v in deps:
             p = producer.get(v)
             if p is not None:
