@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
+from pytensor.tensor.basic import ScalarFromTensor
 from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from ptnumba_codegen.analysis import EXACT, output_needs
 from ptnumba_codegen.lowering.base import Unsupported
@@ -38,8 +40,11 @@ def indexed(op) -> bool:
     return any(e is not None for e in entries)
 
 
+SCATTERS = (AdvancedIncSubtensor,)  # the scatter-add of an indexed kernel's inner graph
+
+
 def _scatters(op):
-    return [n for n in op.fgraph.apply_nodes if type(n.op).__name__.startswith("AdvancedIncSubtensor")]
+    return [n for n in op.fgraph.apply_nodes if isinstance(n.op, SCATTERS)]
 
 
 def values_have_their_targets_ndim(op) -> bool:
@@ -71,9 +76,9 @@ def _composite_position(var, composite) -> int | None:
     ScalarFromTensor/scatter-adds (None if it is not one)."""
     while var.owner is not None and var.owner is not composite:
         owner = var.owner
-        if isinstance(owner.op, CAReduce) or type(owner.op).__name__ == "ScalarFromTensor":
+        if isinstance(owner.op, CAReduce | ScalarFromTensor):
             var = owner.inputs[0]
-        elif type(owner.op).__name__.startswith("AdvancedIncSubtensor"):
+        elif isinstance(owner.op, SCATTERS):
             var = owner.inputs[1]
         else:
             return None

@@ -21,7 +21,7 @@ from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwi
 from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
 from ptnumba_codegen.graph_analysis import DECIDING_REDUCERS
-from ptnumba_codegen.indexed_split import split_graph, splits
+from ptnumba_codegen.indexed_split import indexed, split_graph, splits
 from ptnumba_codegen.kernel_programs import inner_careduce, inner_elemwise
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
@@ -163,8 +163,7 @@ def plan_indexed_fused(node) -> KernelPlan:
 def plan_fused(node) -> KernelPlan:
     op = node.op
     inner = inner_elemwise(op)
-    indexed = [e for e in (*getattr(op, "indexed_inputs", ()), *getattr(op, "indexed_outputs", ())) if e is not None]
-    if indexed:
+    if indexed(op):
         return plan_indexed_fused(node)
     n_in = len(inner.inputs)
     if len(node.inputs) != n_in:

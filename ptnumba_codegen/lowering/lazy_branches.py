@@ -71,9 +71,8 @@ def needed_when(program: Program) -> dict[int, frozenset]:
     return need
 
 
-def _depends_on(program: Program, value: int, k: int) -> bool:
+def _depends_on(program: Program, producer: dict, value: int, k: int) -> bool:
     """Whether ``value`` is computed (transitively) from instruction ``k``'s results."""
-    producer = program.producers()
     todo, seen = [value], set()
     while todo:
         p = producer.get(todo.pop())
@@ -111,12 +110,13 @@ def lazy_guards(program: Program, emitters) -> dict[int, frozenset]:
     if not any(isinstance(i.op, Switch) for i in program.instrs):
         return {}
     need = needed_when(program)
+    producer = program.producers()
     out = {}
     for k, e in enumerate(emitters):
         f = need[k]
         if f == ALWAYS or not all(when(program, k, e, emitters) for when, _ in LAZY_WHEN):
             continue
-        if any(_depends_on(program, c, k) for t in f for c, _p in t):
+        if any(_depends_on(program, producer, c, k) for t in f for c, _p in t):
             continue
         out[k] = f
     return out
