@@ -13,6 +13,7 @@ from pytensor.link.numba.dispatch.basic import (
 )
 
 from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
+from ptnumba_codegen.lowering.exact_lanes import cache_key as exact_lanes_key
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
 from ptnumba_codegen.kernels import KernelPlan, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel
@@ -51,7 +52,7 @@ def compile_fallback(op, node, **kwargs):
 
 def cache_key(*parts) -> str:
     return hashlib.sha256(
-        repr(("ptnumba_codegen", GENERATOR_VERSION, GENERATOR_DIGEST, *parts)).encode()
+        repr(("ptnumba_codegen", GENERATOR_VERSION, GENERATOR_DIGEST, exact_lanes_key(), *parts)).encode()
     ).hexdigest()
 
 

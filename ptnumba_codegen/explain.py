@@ -15,6 +15,7 @@ from ptnumba_codegen import allocator
 from ptnumba_codegen.analysis import output_needs
 from ptnumba_codegen.as_written_op import is_as_written
 from ptnumba_codegen.kernels import plan_node
+from ptnumba_codegen.lowering import exact_lanes
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.lowering.rules import rule_kind
 from ptnumba_codegen.ops import is_policy_op
@@ -201,6 +202,8 @@ def explain(fn, ir: bool = False) -> str:
     out.append(tail)
     if counts["kernels"] and allocator.state():
         out.append(f"memory: {allocator.state()}")
+    if counts["kernels"]:
+        out.extend(f"exact lanes: {line}" for line in exact_lanes.report())
     if ir:
         out.append("")
         out.append(final_ir_report(fn))

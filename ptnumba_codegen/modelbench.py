@@ -533,7 +533,7 @@ def lowering_rows(fn, rows_at_least: int = 1) -> tuple[list[tuple], list[str], C
 
     One row ``(op name, class, lowering, transcendental?, per_row?)`` per scalar
     instruction of every policy kernel. Lowering: ``libmvec`` (a vector call or vector
-    formula), ``scalar`` (scalar code, libm) or ``stock`` (the stock backend's function).
+    formula), ``exact`` (libm's bits from libm's algorithm on vectors), ``scalar`` (scalar code, libm) or ``stock`` (the stock backend's function).
     ``per_row``: the kernel loops over at least ``rows_at_least`` elements (or over a
     shape not known statically), i.e. it runs over the data rather than the parameters.
     Also the nodes that fell back to the stock kernel, and a count of the nodes the
@@ -562,8 +562,8 @@ def lowering_rows(fn, rows_at_least: int = 1) -> tuple[list[tuple], list[str], C
             body = plan.body
             for instr, klass, emitter in zip(body.program.instrs, body.classes, body.emitters, strict=True):
                 label = getattr(emitter, "label", None) or ""
-                if label.startswith("libm lanes"):  # scalar libm, lane by lane (lane_calls)
-                    how = "scalar"
+                if label.startswith("libm lanes"):  # libm's bits: lane by lane, or exact vector code
+                    how = "exact" if getattr(emitter, "pays_alone", False) else "scalar"
                 elif label:
                     how = "libmvec"
                 elif hasattr(emitter, "stock_key"):
@@ -593,7 +593,7 @@ def summarize_rows(rows) -> dict:
         "classes": {c: classes.get(c, 0) for c in _CLASS_SHORT},
         "transcendental": len(trans),
         "transcendental_strict": sum(k == "comparison_sensitive" for _, k, _ in trans),
-        "lowering": {h: lowering.get(h, 0) for h in ("libmvec", "scalar", "stock")},
+        "lowering": {h: lowering.get(h, 0) for h in ("libmvec", "exact", "scalar", "stock")},
         "scalar_ops": dict(scalar.most_common()),
         "stock_ops": dict(stock.most_common()),
         "parameter_instructions": len(rows) - len(data),
@@ -601,7 +601,7 @@ def summarize_rows(rows) -> dict:
 
 
 def explain_table(summaries: dict[str, dict]) -> str:
-    head = ["model", "instrs", "cs", "red", "tr", "ar", "transc", "in cs", "libmvec", "scalar", "stock", "param instrs"]
+    head = ["model", "instrs", "cs", "red", "tr", "ar", "transc", "in cs", "libmvec", "exact", "scalar", "stock", "param instrs"]
     rows = []
     for m, s in summaries.items():
         if "error" in s:
@@ -610,7 +610,7 @@ def explain_table(summaries: dict[str, dict]) -> str:
         c, lo = s["classes"], s["lowering"]
         rows.append([m, str(s["instructions"]), *(str(c[k]) for k in _CLASS_SHORT),
                      str(s["transcendental"]), str(s["transcendental_strict"]),
-                     str(lo["libmvec"]), str(lo["scalar"]), str(lo["stock"]),
+                     str(lo["libmvec"]), str(lo["exact"]), str(lo["scalar"]), str(lo["stock"]),
                      str(s["parameter_instructions"])])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
     out = ["# policy default, kernels over the data (>= n elements): scalar instructions per class, "
@@ -620,7 +620,8 @@ def explain_table(summaries: dict[str, dict]) -> str:
     out += ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in rows]
     out.append("# cs/red/tr/ar: comparison_sensitive/reduction/transcendental/arithmetic; transc: "
                "transcendental ops (any class), 'in cs': of them in a comparison cone; libmvec: vector "
-               "calls or vector formulas, scalar: scalar code (libm), stock: the stock backend's "
+               "calls or vector formulas, exact: libm's own algorithm on vectors (libm's bits, "
+               "lowering/exact_lanes.py), scalar: scalar code (libm), stock: the stock backend's "
                "function; param instrs: instructions in kernels over the parameters only")
     for m, s in summaries.items():
         if "error" in s:

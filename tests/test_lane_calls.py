@@ -13,6 +13,7 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, final_ir
+from ptnumba_codegen.lowering.exact_lanes import available as exact_available
 from ptnumba_codegen.lowering.vector_math import target_isa
 
 pytestmark = pytest.mark.skipif(target_isa() is None, reason="no AVX2 / AVX-512 target")
@@ -72,7 +73,8 @@ def test_decisions_on_lane_calls_equal_stock_strict_at_ties():
     assert len(policy_nodes(fn)) == 1  # one kernel: the cones and the vector call
     ir = final_ir(fn)
     for sym in ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos"):
-        assert re.search(rf"<\d+ x double> @ptnumba_lanes\d+_{sym}\(", ir), f"{sym} is not called in a vector loop"
+        kind = "exact" if exact_available(sym, "float64") else "lanes"  # exact_lanes: libm's exp on vectors
+        assert re.search(rf"<\d+ x double> @ptnumba_{kind}\d+_{sym}\(", ir), f"{sym} is not called in a vector loop"
 
 
 def test_lane_called_values_are_stock_strict_bit_for_bit():
@@ -94,11 +96,17 @@ def test_lane_called_values_are_stock_strict_bit_for_bit():
 
 def test_bodies_without_vector_calls_keep_the_stock_calls():
     """Lane calls pay only where the loop has vector calls to gain: under strict (no
-    budget, no vector calls) the plan keeps stock's emitters."""
+    budget, no vector calls) the plan keeps stock's emitters, unless a lane call is exact
+    vector code itself (exact_lanes: libm's exp), which pays alone."""
     from conftest import policy_nodes
     from ptnumba_codegen.kernels import plan_node
 
     x = pt.vector("x")
-    fn = compile_fn([x], [f(x) for f in FUNCS.values()], "policy_strict", cache_key="lane_calls_strict")
+    per_lane = {k: f for k, f in FUNCS.items() if k not in ("exp", "sigmoid", "softplus")}
+    fn = compile_fn([x], [f(x) for f in per_lane.values()], "policy_strict", cache_key="lane_calls_strict")
     labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
     assert labels and not any(labels), labels
+    if exact_available("exp", "float64"):
+        fn = compile_fn([x], [pt.exp(x) * x], "policy_strict", cache_key="lane_calls_strict_exp")
+        emitters = [e for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+        assert any(getattr(e, "pays_alone", False) and e.label.startswith("libm lanes exp") for e in emitters)

@@ -56,8 +56,11 @@ class PlannedBody:
 def _lanes_where_they_pay(emitters: list) -> list:
     """Lane calls (`lane_calls`) only in bodies that also call vector functions: they let
     such a loop vectorize; in a body of scalar libm calls alone the stock call is as fast
-    or faster (exp(x)*y+z under strict: 10% slower lane by lane). Same bits either way."""
+    or faster (exp(x)*y+z under strict: 10% slower lane by lane). Same bits either way.
+    A lane call that runs as exact vector code (`exact_lanes`, ``pays_alone``) pays alone."""
     if any(getattr(e, "label", None) and not hasattr(e, "without_lanes") for e in emitters):
+        return emitters
+    if any(getattr(e, "pays_alone", False) for e in emitters):
         return emitters
     return [getattr(e, "without_lanes", e) for e in emitters]
 

@@ -15,6 +15,10 @@ A lane call gives such a call a vector form that computes nothing differently:
   element gets exactly the scalar libm result, wherever it sits, and the arithmetic
   around it vectorizes.
 
+Where `exact_lanes` has libm's algorithm on vectors (glibc's ``exp``), the variant is that
+code instead of a per-lane loop: the call itself vectorizes, with the same bits, and a
+body of lane calls alone then pays (``pays_alone``).
+
 ``LIBM`` maps the function names of the rule table to libm's symbols, exactly those numba
 lowers the stock ufunc loops to (``llvm.exp`` / ``llvm.log`` / ``llvm.sin`` / ``llvm.cos``
 become libm's ``exp``, ``log``, ``sin``, ``cos`` calls; ``log1p``, ``expm1``, ``tanh`` are
@@ -29,6 +33,8 @@ from llvmlite import ir
 from numba.core import types
 
 from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
+from ptnumba_codegen.lowering.exact_lanes import available as exact_available
+from ptnumba_codegen.lowering.exact_lanes import exact_variant
 from ptnumba_codegen.lowering.vector_math import ISA_BITS, _keep_alive, _lanes, _pure, target_isa
 
 # rule-table name -> (float32 symbol, float64 symbol) of the libm function stock calls
@@ -67,7 +73,12 @@ def _libm(module: ir.Module, symbol: str, fty) -> ir.Function:
 
 
 def _lanes_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Function:
-    """``<lanes x fty> ptnumba_lanes<lanes>_<symbol>(v)``: libm's ``symbol`` on each lane."""
+    """``<lanes x fty> ptnumba_lanes<lanes>_<symbol>(v)``: libm's ``symbol`` on each lane,
+    or libm's algorithm on the whole vector where `exact_lanes` has it (same bits)."""
+    exact = exact_variant(module, symbol, fty, lanes)
+    if exact is not None:
+        _keep_alive(module, exact)
+        return exact
     name = f"ptnumba_lanes{lanes}_{symbol}"
     fn = module.globals.get(name)
     if fn is not None:
@@ -173,6 +184,7 @@ def stock_formula(name: str, t: Typed) -> Emitter | None:
         return [cast(context, builder, formula(LaneMath(builder, dtype), *xs), fty, t.outputs[0])]
 
     emit.label = f"libm lanes {', '.join(needs)} ({dtype})"
+    emit.pays_alone = all(exact_available(LIBM[n][1], dtype) for n in needs)
     return emit
 
 

@@ -54,7 +54,8 @@ from ptnumba_codegen.lowering.formulas import (
     _softplus_uint,
     _uint_sign,
 )
-from ptnumba_codegen.lowering.lane_calls import lane_call, lane_dtype, stock_formula
+from ptnumba_codegen.lowering.exact_lanes import available as exact_available
+from ptnumba_codegen.lowering.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
 from ptnumba_codegen.lowering.vector_math import (
     FORMULA_ULP,
     _erf_formula,
@@ -162,6 +163,7 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
         emit.label = f"libmvec {vector} ({vdtype})" if vdtype else f"libm lanes {vector} ({ldtype})" if ldtype else None
         if ldtype:
             emit.without_lanes = emit_with(False)
+            emit.pays_alone = exact_available(LIBM[vector][ldtype == "float64"], ldtype)
         if vdtype:
             emit.scalar_form = emit_with(False, vectors=False)  # numba's loop: scalar libm
         return emit
