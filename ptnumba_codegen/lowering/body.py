@@ -57,12 +57,17 @@ def _lanes_where_they_pay(emitters: list) -> list:
     """Lane calls (`lane_calls`) only in bodies that also call vector functions: they let
     such a loop vectorize; in a body of scalar libm calls alone the stock call is as fast
     or faster (exp(x)*y+z under strict: 10% slower lane by lane). Same bits either way.
-    A lane call that runs as exact vector code (`exact_lanes`, ``pays_alone``) pays alone."""
+    A lane call that runs as exact vector code (`exact_lanes`, ``pays_alone``) pays alone,
+    unless a stock call keeps the loop scalar anyway (`_vectors_where_they_pay`)."""
     if any(getattr(e, "label", None) and not hasattr(e, "without_lanes") for e in emitters):
         return emitters
-    if any(getattr(e, "pays_alone", False) for e in emitters):
+    if any(getattr(e, "pays_alone", False) for e in emitters) and not _has_stock_call(emitters):
         return emitters
     return [getattr(e, "without_lanes", e) for e in emitters]
+
+
+def _has_stock_call(emitters: list) -> bool:
+    return any(hasattr(e, "stock_key") or getattr(e, "inner_stock_keys", ()) for e in emitters)
 
 
 def _vectors_where_they_pay(emitters: list) -> list:
@@ -71,7 +76,7 @@ def _vectors_where_they_pay(emitters: list) -> list:
     loop scalar, and a vector function then does a whole vector's work for each element
     (a censored-normal logp's kernel 16 ms, 12 ms with stock's scalar calls). Such a body
     gets every transcendental's scalar form (libm, within every budget)."""
-    if not any(hasattr(e, "stock_key") or getattr(e, "inner_stock_keys", ()) for e in emitters):
+    if not _has_stock_call(emitters):
         return emitters
     return [getattr(e, "scalar_form", e) for e in emitters]
 
