@@ -13,8 +13,8 @@ sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those
   * tmp`` as one fma. Lanes outside libm's fast path (``|x| < 2^-54``, ``|x| >= 512``, inf,
   NaN) make the whole vector call libm lane by lane, as a lane call does.
 
-Constants and table come from this process's libm (`libm_data`). Before the first use the
-vector code is compiled on its own and compared bit for bit with libm's ``exp`` on
+Constants and table come from this process's libm (`libm_data`). Before the first use (once
+per process and vector width, about 0.2 s) the vector code is compiled on its own and compared bit for bit with libm's ``exp`` on
 `probe_inputs` (every table slot, the fast-path edges, the subnormal range, random
 magnitudes); any difference, or no data, and the entry is off for the process: lane calls
 stay per-lane libm (`status` says why; ``explain`` prints it). ``PTNUMBA_CODEGEN_EXACT_LANES
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import llvmlite.binding as llb
@@ -115,19 +116,24 @@ def _build_glibc_exp(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     b.position_at_end(fast_bb)
     b.ret(_glibc_exp_fast(b, x, data, _table(module, "ptnumba_glibc_exp_tab", data.tab)))
     b.position_at_end(slow_bb)
-    out = ir.Constant(x.type, ir.Undefined)
-    for lane in range(x.type.count):
+    b.ret(lane_by_lane(b, libm, x))
+
+
+def lane_by_lane(b: ir.IRBuilder, scalar: ir.Function, v):
+    """``scalar`` (a one-argument function) called on each lane of the vector ``v``."""
+    out = ir.Constant(v.type, ir.Undefined)
+    for lane in range(v.type.count):
         k = _I32(lane)
-        out = b.insert_element(out, b.call(libm, [b.extract_element(x, k)]), k)
-    b.ret(out)
+        out = b.insert_element(out, b.call(scalar, [b.extract_element(v, k)]), k)
+    return out
 
 
 @dataclass(frozen=True)
 class ExactLanes:
     """One libm function written on vectors: where its data comes from, how to build it."""
 
-    data: object  # () -> data or the reason there is none
-    build: object  # (module, fn, libm scalar fn, data) -> None
+    data: Callable[[], object]  # () -> the data, or the reason there is none (a str)
+    build: Callable[[ir.Module, ir.Function, ir.Function, object], None]  # (module, fn, libm's scalar, data)
     reason: str
 
 
@@ -286,4 +292,4 @@ def available(symbol: str, dtype: str) -> bool:
     return status(symbol, _lanes(isa, dtype))[0]
 
 
-__all__ = ["ENV", "EXACT_LANES", "available", "cache_key", "exact_variant", "probe_inputs", "report", "self_check", "status"]
+__all__ = ["ENV", "EXACT_LANES", "available", "cache_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status"]

@@ -34,7 +34,7 @@ from numba.core import types
 
 from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 from ptnumba_codegen.lowering.exact_lanes import available as exact_available
-from ptnumba_codegen.lowering.exact_lanes import exact_variant
+from ptnumba_codegen.lowering.exact_lanes import exact_variant, lane_by_lane
 from ptnumba_codegen.lowering.vector_math import ISA_BITS, _keep_alive, _lanes, _pure, target_isa
 
 # rule-table name -> (float32 symbol, float64 symbol) of the libm function stock calls
@@ -88,12 +88,7 @@ def _lanes_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Functi
     fn.linkage = "linkonce_odr"  # not internal: the linker would rename duplicates
     _pure(fn)
     b = ir.IRBuilder(fn.append_basic_block())
-    scalar = _libm(module, symbol, fty)
-    out = ir.Constant(vty, ir.Undefined)
-    for lane in range(lanes):
-        k = ir.IntType(32)(lane)
-        out = b.insert_element(out, b.call(scalar, [b.extract_element(fn.args[0], k)]), k)
-    b.ret(out)
+    b.ret(lane_by_lane(b, _libm(module, symbol, fty), fn.args[0]))
     _keep_alive(module, fn)
     return fn
 
