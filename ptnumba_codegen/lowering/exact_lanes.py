@@ -156,17 +156,24 @@ def _setting() -> str:
 
 def define_variant(module: ir.Module, symbol: str, lanes: int, data) -> ir.Function:
     """Define ``<lanes x double> ptnumba_exact<lanes>_<symbol>(v)`` in ``module``."""
-    name = f"ptnumba_exact{lanes}_{symbol}"
+    fn, new = vector_function(module, f"ptnumba_exact{lanes}_{symbol}", _F64, lanes)
+    if new:
+        libm = module.globals.get(symbol) or ir.Function(module, ir.FunctionType(_F64, [_F64]), symbol)
+        EXACT_LANES[symbol].build(module, fn, libm, data)
+    return fn
+
+
+def vector_function(module: ir.Module, name: str, ety, lanes: int) -> tuple[ir.Function, bool]:
+    """``<lanes x ety> name(<lanes x ety>)`` of ``module`` (pure, linkonce_odr: not internal,
+    the linker would rename duplicates) and whether it was just declared (no body yet)."""
     fn = module.globals.get(name)
     if fn is not None:
-        return fn
-    vty = ir.VectorType(_F64, lanes)
+        return fn, False
+    vty = ir.VectorType(ety, lanes)
     fn = ir.Function(module, ir.FunctionType(vty, [vty]), name)
     fn.linkage = "linkonce_odr"
     _pure(fn)
-    libm = module.globals.get(symbol) or ir.Function(module, ir.FunctionType(_F64, [_F64]), symbol)
-    EXACT_LANES[symbol].build(module, fn, libm, data)
-    return fn
+    return fn, True
 
 
 def probe_inputs(symbol: str) -> np.ndarray:
@@ -292,4 +299,4 @@ def available(symbol: str, dtype: str) -> bool:
     return status(symbol, _lanes(isa, dtype))[0]
 
 
-__all__ = ["ENV", "EXACT_LANES", "available", "cache_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status"]
+__all__ = ["ENV", "EXACT_LANES", "available", "cache_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status", "vector_function"]

@@ -34,7 +34,7 @@ from numba.core import types
 
 from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 from ptnumba_codegen.lowering.exact_lanes import available as exact_available
-from ptnumba_codegen.lowering.exact_lanes import exact_variant, lane_by_lane
+from ptnumba_codegen.lowering.exact_lanes import exact_variant, lane_by_lane, vector_function
 from ptnumba_codegen.lowering.vector_math import ISA_BITS, _keep_alive, _lanes, _pure, target_isa
 
 # rule-table name -> (float32 symbol, float64 symbol) of the libm function stock calls
@@ -79,14 +79,9 @@ def _lanes_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Functi
     if exact is not None:
         _keep_alive(module, exact)
         return exact
-    name = f"ptnumba_lanes{lanes}_{symbol}"
-    fn = module.globals.get(name)
-    if fn is not None:
+    fn, new = vector_function(module, f"ptnumba_lanes{lanes}_{symbol}", fty, lanes)
+    if not new:
         return fn
-    vty = ir.VectorType(fty, lanes)
-    fn = ir.Function(module, ir.FunctionType(vty, [vty]), name)
-    fn.linkage = "linkonce_odr"  # not internal: the linker would rename duplicates
-    _pure(fn)
     b = ir.IRBuilder(fn.append_basic_block())
     b.ret(lane_by_lane(b, _libm(module, symbol, fty), fn.args[0]))
     _keep_alive(module, fn)
