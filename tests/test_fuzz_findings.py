@@ -23,3 +23,52 @@ def test_max_and_min_over_bools():
         assert_no_fallback(fn)
         for r, e in zip(fn(*vals), ref, strict=True):
             assert_same_bits(r, e)
+
+
+def test_floor_division_by_a_signed_zero_sign_decides_as_stock():
+    """numba's np.sign keeps the sign of a zero (sign(-0.0) = -0.0; numpy and the C backend
+    give 0.0), so ``x // sign(-0.0)`` is -inf on stock alone. The fuzzer flagged policy
+    strict for matching stock there; stock strict is the decision reference: both policies
+    keep its bits, and a comparison on the quotient decides as stock's does."""
+    from references import verdict
+
+    a = pt.scalar("a", dtype="uint8")
+    b = pt.matrix("b", dtype="float32")
+    q = pt.sqr(a) // pt.sign(b)
+    outs = [q, pt.gt(q, 0.0), pt.sign(b)]
+    vals = [np.uint8(3), np.array([[1.0, -0.0, 0.0, -2.0], [np.nan, -np.inf, 5e-45, -5e-45]], dtype="float32")]
+    ref = compile_fn([a, b], outs, "stock_strict", cache_key="sign_zero")(*vals)
+    assert np.isneginf(ref[0][0, 1]) and np.signbit(ref[2][0, 1])  # stock's own semantics
+    py = compile_fn([a, b], outs, "py", cache_key="sign_zero")(*vals)
+    assert np.isposinf(py[0][0, 1])  # where numpy departs
+    for backend in ("policy_strict", "policy_default"):
+        fn = compile_fn([a, b], outs, backend, cache_key="sign_zero")
+        assert_no_fallback(fn)
+        got = fn(*vals)
+        for r, e in zip(got, ref, strict=True):
+            assert_same_bits(r, e)
+        assert verdict(got[0], ref[0], py[0], py[0]) is None
+    assert verdict(py[0], ref[0], py[0]) is None  # following the graph's dtypes stays allowed
+    assert verdict(np.zeros_like(ref[0]), ref[0], py[0], py[0]) is not None  # a third answer does not
+
+
+def test_floor_division_where_stock_and_numpy_depart_from_c_at_different_elements():
+    """``a / (1.0 // b)`` with ``b`` = -inf and 1e-8: stock's floor(a / b) gives -0.0 at
+    the opposite infinity (numpy and C: -1), numpy floors the exact quotient at 1e-8
+    (99999999; stock and C: 1e8). The policy gives the C backend's result everywhere
+    (docs/divergences.md); the fuzzer's verdict lets C break such a tie."""
+    from references import verdict
+
+    a, b = pt.scalar("a"), pt.vector("b")
+    out = a / (1.0 // b)
+    vals = [np.float64(-0.35919058), np.array([-np.inf, 1e-8, 0.1, 2.0, np.inf, -0.0])]
+    with np.errstate(all="ignore"):
+        stock = compile_fn([a, b], [out], "stock_strict", cache_key="floordiv_tie")(*vals)[0]
+        py = compile_fn([a, b], [out], "py", cache_key="floordiv_tie")(*vals)[0]
+        c = compile_fn([a, b], [out], "c", cache_key="floordiv_tie")(*vals)[0]
+        assert not np.array_equal(stock, c) and not np.array_equal(py, c)
+        for backend in ("policy_strict", "policy_default"):
+            got = compile_fn([a, b], [out], backend, cache_key="floordiv_tie")(*vals)[0]
+            assert_same_bits(got, c)
+            assert verdict(got, stock, py, c) is None
+    assert verdict(np.full_like(c, 7.0), stock, py, c) is not None
