@@ -288,7 +288,11 @@ def cache_key() -> tuple:
     (a kernel compiled with them off, or against another libm, is not reused)."""
     if _setting() == "off":
         return ("off",)
-    return ("on", *((s, repr(e.data())[:200] if isinstance(e.data(), str) else (e.data().path, e.data().offset)) for s, e in sorted(EXACT_LANES.items())))
+    key = []
+    for symbol, entry in sorted(EXACT_LANES.items()):
+        data = entry.data()
+        key.append((symbol, data if isinstance(data, str) else (data.path, data.offset)))
+    return ("on", *key)
 
 
 def available(symbol: str, dtype: str) -> bool:
