@@ -33,7 +33,7 @@ import numpy as np
 from llvmlite import ir
 
 from ptnumba_codegen.libm_data import ExpData, glibc_exp_data
-from ptnumba_codegen.lowering.vector_math import _lanes, _pure, _target_features, target_isa
+from ptnumba_codegen.lowering.vector_math import _keep_alive, _lanes, _pure, _target_features, target_isa
 
 ENV = "PTNUMBA_CODEGEN_EXACT_LANES"
 ENV_VALUES = ("on", "off")
@@ -154,13 +154,14 @@ def _setting() -> str:
     return value
 
 
-def define_variant(module: ir.Module, symbol: str, lanes: int, data) -> ir.Function:
-    """Define ``<lanes x double> ptnumba_exact<lanes>_<symbol>(v)`` in ``module``."""
+def define_variant(module: ir.Module, symbol: str, lanes: int, data) -> tuple[ir.Function, bool]:
+    """``<lanes x double> ptnumba_exact<lanes>_<symbol>(v)`` of ``module``, and whether it was
+    defined just now."""
     fn, new = vector_function(module, f"ptnumba_exact{lanes}_{symbol}", _F64, lanes)
     if new:
         libm = module.globals.get(symbol) or ir.Function(module, ir.FunctionType(_F64, [_F64]), symbol)
         EXACT_LANES[symbol].build(module, fn, libm, data)
-    return fn
+    return fn, new
 
 
 def vector_function(module: ir.Module, name: str, ety, lanes: int) -> tuple[ir.Function, bool]:
@@ -196,7 +197,7 @@ def probe_inputs(symbol: str) -> np.ndarray:
 
 def _run_compiled(symbol: str, lanes: int, data, xs: np.ndarray) -> np.ndarray:
     module = ir.Module(name=f"ptnumba_exact_check_{symbol}")
-    variant = define_variant(module, symbol, lanes, data)
+    variant, _ = define_variant(module, symbol, lanes, data)
     vty = variant.function_type.return_type
     ptr = ir.PointerType(_F64)
     drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr, _I64]), "drive")
@@ -277,10 +278,14 @@ def report() -> list[str]:
 
 
 def exact_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Function | None:
-    """The exact vector variant of ``symbol`` for ``module`` if it passed its self-check."""
+    """The exact vector variant of ``symbol`` for ``module`` if it passed its self-check
+    (kept alive until vectorization once, when it is defined)."""
     if fty != _F64 or symbol not in EXACT_LANES or not status(symbol, lanes)[0]:
         return None
-    return define_variant(module, symbol, lanes, EXACT_LANES[symbol].data())
+    fn, new = define_variant(module, symbol, lanes, EXACT_LANES[symbol].data())
+    if new:
+        _keep_alive(module, fn)
+    return fn
 
 
 def cache_key() -> tuple:

@@ -77,7 +77,6 @@ def _lanes_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Functi
     or libm's algorithm on the whole vector where `exact_lanes` has it (same bits)."""
     exact = exact_variant(module, symbol, fty, lanes)
     if exact is not None:
-        _keep_alive(module, exact)
         return exact
     fn, new = vector_function(module, f"ptnumba_lanes{lanes}_{symbol}", fty, lanes)
     if not new:
