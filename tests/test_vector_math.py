@@ -11,7 +11,7 @@ import pytensor.tensor as pt
 import pytest
 
 import ptnumba_codegen
-from conftest import compile_fn, final_ir, policy_nodes
+from conftest import assert_same_bits, compile_fn, final_ir, policy_nodes
 from ptnumba_codegen import accuracy
 from ptnumba_codegen.kernels import plan_node
 from ptnumba_codegen.lowering.vector_math import FORMULA_ULP
@@ -434,3 +434,72 @@ def test_a_body_with_a_stock_call_keeps_scalar_transcendentals():
     # without the stock call the same transcendentals are vector calls
     plain = compile_fn([x, y], pt.exp(y) * pt.sigmoid(x), "policy_default", cache_key="no_stock_call_body")
     assert all(plan_node(n).body.uses_vector_math for n in policy_nodes(plain))
+
+
+# -- in-place kernels on intermediates typed 'A' ---------------------------------------------
+
+N_INPLACE = 4096
+IN_PLACE_GRAPHS = {
+    # PyMC's log-softmax: Log[inplace] on ExpandDims{axis=1} of a row sum (contiguous)
+    "keepdims": lambda x: x - pt.log(pt.exp(x).sum(axis=1, keepdims=True)),
+    # Log[inplace] on views that are not C-contiguous at run time
+    "columns": lambda x: pt.log(pt.sort(x, axis=1)[:, ::2]),
+    "rows": lambda x: pt.log(pt.sort(x, axis=1)[::2]),
+    "transposed": lambda x: pt.log(pt.sort(x, axis=1).T),
+}
+
+
+def _in_place_fn(name, backend):
+    x = pt.matrix("x", shape=(N_INPLACE, 5))
+    return compile_fn([x], IN_PLACE_GRAPHS[name](x), backend, cache_key=("inplace_A", name), inspect_ir=True)
+
+
+def _log_reference(name, v):
+    """The policy's log of the same values from a plain contiguous input (the flat vector loop)."""
+    if name == "keepdims":
+        return None
+    y = pt.matrix("y")
+    log_fn = compile_fn([y], pt.log(y), "policy_default", cache_key=("inplace_A", "plain_log"))
+    view = {"columns": lambda s: s[:, ::2], "rows": lambda s: s[::2], "transposed": lambda s: s.T}[name]
+    return log_fn(np.ascontiguousarray(view(np.sort(v, axis=1))))
+
+
+@pytest.mark.parametrize("name", list(IN_PLACE_GRAPHS))
+def test_in_place_log_on_intermediate_views(name):
+    """An in-place kernel on an intermediate typed 'A' runs typed 'C' when the array is
+    C-contiguous at run time: its libmvec calls are in a vector loop (before, the nest's
+    run-time strides left every call to do one lane's work). Either path gives the bits of
+    the flat vector loop; values near stock strict within the log budget."""
+    fn = _in_place_fn(name, "policy_default")
+    logs = [n for n in fn.maker.fgraph.toposort() if "Log" in str(n.op)]
+    assert logs and all(n.op.scalar_op.__class__.__name__ == "Log" for n in logs)
+    assert any(getattr(n.op, "destroy_map", {}) for n in logs), "the graph no longer has an in-place Log"
+    rng = np.random.default_rng(3)
+    v = rng.uniform(0.5, 3.0, size=(N_INPLACE, 5))
+    v[0, :3] = [np.inf, np.nan, 1.0]
+    v[1, :] = 1.0
+    res = fn(v)
+    ref_logs = _log_reference(name, v)
+    if name != "keepdims":  # (the row sums of keepdims come from the policy's own kernel)
+        assert_same_bits(res, ref_logs)
+    stock = _in_place_fn(name, "stock_strict")
+    ref = stock(v)
+    ok = np.isfinite(ref)
+    np.testing.assert_array_equal(np.isnan(res), np.isnan(ref))
+    np.testing.assert_allclose(res[ok], ref[ok], rtol=4 * np.finfo(np.float64).eps, atol=4e-16)
+
+
+def test_in_place_log_on_contiguous_expand_dims_is_vectorized():
+    """Checked in the final optimized IR: a function other than the scalar wrapper of the
+    libmvec log calls its vector variant (the loop over the (n, 1) rows is vectorized)."""
+    import re
+
+    ir = final_ir(_in_place_fn("keepdims", "policy_default"))
+    vectorized = []
+    for definition in re.split(r"\ndefine ", ir)[1:]:
+        name = re.match(r"[^@]*@([\w.$]+)\(", definition).group(1)
+        if name.startswith("ptnumba_mvec_"):
+            continue  # the scalar wrapper: one lane of a vector call
+        if re.search(r"call [^\n]*<\d+ x double> @_ZGV\w+_log\(", definition):
+            vectorized.append(name)
+    assert vectorized, "the in-place Log's loop calls the log vector function only through its scalar wrapper"

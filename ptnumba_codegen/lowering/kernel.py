@@ -196,8 +196,32 @@ def build_kernel(
             problem = loop_flat.dry_run(flat_types)
         return problem
 
+    def call_lines(types_, names) -> list[str]:
+        """The lines setting ``raw``: the flat loop when every array is C-contiguous and of
+        one shape (arrays typed contiguous only: numba reshapes no other), else the nest."""
+        args = "".join(f"{v}, " for v in names)
+        arrays = [k for k, ty in enumerate(types_) if isinstance(ty, types.Array)]
+        if loop_flat is None or not arrays or not all(types_[k].layout in "CF" for k in arrays):
+            return [f"raw = loop(({args}))"]
+        first = names[arrays[0]]
+        same = " and ".join([f"{names[k]}.flags.c_contiguous" for k in arrays] + [f"{names[k]}.shape == {first}.shape" for k in arrays[1:]])
+        flat_args = "".join(f"{v}.reshape({v}.size), " if k in arrays else f"{v}, " for k, v in enumerate(names))
+        inplace = dict(spec.inplace)
+        reshaped = [
+            names[inplace[i]] if i in inplace else f"{r}.reshape({first}.shape)"
+            for i, r in enumerate(["flat"] if n_out == 1 else [f"flat[{i}]" for i in range(n_out)])
+        ]
+        return [
+            f"if {same}:",
+            f"    flat = loop_flat(({flat_args}))",
+            f"    raw = {reshaped[0] if n_out == 1 else '(' + ', '.join(reshaped) + ',)'}",
+            "else:",
+            f"    raw = loop(({args}))",
+        ]
+
     def make_impl(input_types):
-        lines, loop_types = [], []
+        lines, loop_types, names = [], [], []
+        in_place_strided = []  # destroyed inputs typed 'A': never copied (written in place)
         for k, ty in enumerate(input_types):
             strided = isinstance(ty, types.Array) and ty.layout == "A" and ty.ndim > 0
             if copy_strided and strided and k not in destroyed:
@@ -206,36 +230,32 @@ def build_kernel(
             else:
                 lines.append(f"a{k} = inputs[{k}]")
                 loop_types.append(ty)
-        problem = _dry_runs(tuple(loop_types)) if fallback is not None else None
+                if copy_strided and strided:
+                    in_place_strided.append(k)
+            names.append(f"a{k}")
+        # A destroyed input typed 'A' is usually contiguous (an ExpandDims of a fresh
+        # array, PyMC's `log(sum(exp(...)))[:, None]`), but a nest over 'A' arrays has
+        # run-time strides LLVM does not vectorize: every vector call then does one lane's
+        # work (a (1e5, 1) Log made 1e5 8-wide log calls). When it is C-contiguous at run
+        # time it runs typed 'C' (`np.ascontiguousarray` returns the same array, no copy).
+        contiguous_types = tuple(ty.copy(layout="C") if k in in_place_strided else ty for k, ty in enumerate(loop_types))
+        problem = None
+        if fallback is not None:
+            problem = _dry_runs(tuple(loop_types))
+            if problem is None and in_place_strided:
+                problem = _dry_runs(contiguous_types)
         if problem is not None:
             return call_stock(fallback, f"{name} failed to compile: {problem}")
-        args = "".join(f"a{k}, " for k in range(len(input_types)))
-        arrays = [k for k, ty in enumerate(input_types) if isinstance(ty, types.Array)]
-        # numba reshapes only arrays typed contiguous: an input typed 'A' (an in-place
-        # kernel on a strided intermediate, which is not copied) keeps the N-d nest
-        typed_contiguous = all(loop_types[k].layout in "CF" for k in arrays)
-        if loop_flat is not None and arrays and typed_contiguous:
-            first = arrays[0]
-            same = " and ".join(
-                [f"a{k}.flags.c_contiguous" for k in arrays] + [f"a{k}.shape == a{first}.shape" for k in arrays[1:]]
-            )
-            flat_args = "".join(
-                f"a{k}.reshape(a{k}.size), " if k in arrays else f"a{k}, " for k in range(len(input_types))
-            )
-            inplace = dict(spec.inplace)
-            reshaped = [
-                f"a{inplace[i]}" if i in inplace else f"{r}.reshape(a{first}.shape)"
-                for i, r in enumerate(["flat"] if n_out == 1 else [f"flat[{i}]" for i in range(n_out)])
-            ]
-            lines += [
-                f"if {same}:",
-                f"    flat = loop_flat(({flat_args}))",
-                f"    raw = {reshaped[0] if n_out == 1 else '(' + ', '.join(reshaped) + ',)'}",
-                "else:",
-                f"    raw = loop(({args}))",
-            ]
+        if in_place_strided:
+            c_names = [f"c{k}" if k in in_place_strided else v for k, v in enumerate(names)]
+            test = " and ".join(f"a{k}.flags.c_contiguous" for k in in_place_strided)
+            lines.append(f"if {test}:")
+            lines += [f"    c{k} = np.ascontiguousarray(a{k})" for k in in_place_strided]
+            lines += [f"    {line}" for line in call_lines(contiguous_types, c_names)]
+            lines.append("else:")
+            lines += [f"    {line}" for line in call_lines(tuple(loop_types), names)]
         else:
-            lines.append(f"raw = loop(({args}))")
+            lines += call_lines(tuple(loop_types), names)
         body = "".join(f"    {line}\n" for line in lines)
         src = f"def impl(*inputs):\n{body}    return {ret}\n"
         env = {"loop": loop, "loop_flat": loop_flat, "np": np, "as_strided": as_strided}
