@@ -21,6 +21,7 @@ from pytensor.graph.rewriting.basic import GraphRewriter
 from ptnumba_codegen import allocator
 from ptnumba_codegen.as_written import INLINE_POSITION, AsWrittenPass, InlineAsWritten
 from ptnumba_codegen.as_written import POSITION as AS_WRITTEN_POSITION
+from ptnumba_codegen.constant_writes import fold_constant_writes
 from ptnumba_codegen.graph_analysis import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.graph_ranges import graph_facts
 from ptnumba_codegen.kernels import planner_for
@@ -73,6 +74,7 @@ class PolicyCodegen(GraphRewriter):
         except PolicyError as err:
             raise PolicyLoadError(str(err)) from None
         allocator.configure()  # once per process: freed intermediates kept for the next call
+        fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
         facts = graph_facts(fgraph)
         sensitive = sensitive_variables(fgraph, policy, facts)
         if policy.parallel.enabled:
