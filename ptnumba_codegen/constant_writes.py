@@ -133,6 +133,21 @@ def _foldable_consumer(client, limit) -> bool:
     return _small_enough(client.outputs[0], limit) and rule[0](client, [i.data for i in client.inputs])
 
 
+def _destroyed(fgraph, var: Variable) -> bool:
+    """Whether a client writes into ``var``, or into a view of it, in place (a constant
+    cannot be destroyed: the pass runs after PyTensor's in-place rewrites, which chose that
+    buffer -- PyTensor's conformance run caught a scan gradient whose write fed one)."""
+    for client, index in fgraph.clients.get(var, ()):
+        if client == "output":
+            continue
+        if any(index in inputs for inputs in getattr(client.op, "destroy_map", {}).values()):
+            return True
+        for out, inputs in getattr(client.op, "view_map", {}).items():
+            if index in inputs and _destroyed(fgraph, client.outputs[out]):
+                return True
+    return False
+
+
 def fold_constant_writes(fgraph, reason: str) -> int:
     """Fold every write `FOLD_WHEN` allows, then the consumers `FOLD_CONSUMER` allows that
     are left with constant inputs only; returns the number of nodes folded."""
@@ -144,6 +159,8 @@ def fold_constant_writes(fgraph, reason: str) -> int:
         if node not in fgraph.apply_nodes or len(node.outputs) != 1:
             continue
         out = node.outputs[0]
+        if _destroyed(fgraph, out):
+            continue
         const = _constant_like(out, _value(out))
         if not out.type.is_super(const.type):
             continue
