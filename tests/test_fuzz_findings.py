@@ -72,3 +72,26 @@ def test_floor_division_where_stock_and_numpy_depart_from_c_at_different_element
             assert_same_bits(got, c)
             assert verdict(got, stock, py, c) is None
     assert verdict(np.full_like(c, 7.0), stock, py, c) is not None
+
+
+def test_a_sum_over_many_rows_has_the_budget_of_a_reassociated_sum():
+    """The long profile's ``sum(clip(sinh(1e-300), sinh(1e-300), u8 + i32), axis=0)`` over
+    14,000 rows: the default policy sums in blocks across threads, stock strict in
+    sequence (1.3999999999999972e-296 vs 1.400000000000361e-296, 1,170 eps apart; the
+    policy's is the closer one to 14000 * 1e-300). Two orders of an n-term sum of one sign
+    differ by up to 2(n-1) eps: the verdict's budget now says so, and only where an output
+    sums many elements."""
+    import fuzzgraphs as fg
+    from test_fuzz import ULPS, check_batch, reassociation_factor
+
+    batch = fg.Batch(
+        shape=(14000, 5),
+        inputs=(("int32", ()), ("uint8", (False, True))),
+        graphs=(("clip", ("sinh", ("const", 1e-300)), ("sinh", ("const", 1e-300)), ("add", ("in", 1), ("in", 0))),),
+        reductions=(("sum", (0,), False),),
+        grads=(False,),
+        seed=0,
+    )
+    check_batch(batch)
+    assert reassociation_factor(batch, np.zeros(5)) == 1.0 + 2.0 * (14000 - 1) / ULPS
+    assert reassociation_factor(batch, np.zeros((14000, 5))) == 1.0  # elementwise: unchanged
