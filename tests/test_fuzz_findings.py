@@ -1,6 +1,7 @@
 """Regressions for what the differential fuzzer (tests/test_fuzz.py) found, one test each."""
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 
 from conftest import assert_no_fallback, assert_same_bits, compile_fn
@@ -125,3 +126,35 @@ def test_a_float32_value_in_a_float64_output_agrees_to_float32_ulps():
     assert verdict(got, stock, py, c) is not None  # float64's tolerance: refused
     assert verdict(got, stock, py, c, rtol=1e-4) is None
     assert verdict(got + 1e-3, stock, py, c, rtol=1e-4) is not None
+
+
+def test_a_float32_gradient_with_the_graph_dtypes_bits_is_right():
+    """The long profile's float32 gradient of ``arctan2(x, x // s)``: the graph divides in
+    float64 (``q / (sqr(q) + sqr(x))``, q = x // s is float64); stock divides in float32,
+    one float32 ulp off the graph's dtypes in the summed float32 gradient -- inside the
+    float32 tolerance, so the verdict took stock for the graph's dtypes and asked for its
+    bits. The policy gives the bits of numpy and of the C backend (both the graph's
+    dtypes): accepted; a result one ulp away from all three is not."""
+    import fuzzgraphs as fg
+    from references import verdict
+    from test_fuzz import check_batch
+
+    check_batch(
+        fg.Batch(
+            shape=(2, 2),
+            inputs=(("bool", (False, False)), ("float32", ()), ("int64", (False, False)), ("int32", (False, False))),
+            graphs=(("arctan2", ("in", 1), ("int_div", ("in", 1), ("in", 2))),),
+            reductions=(None,),
+            grads=(True,),
+            seed=23646138,
+        )
+    )
+    x, s = pt.scalar("x", dtype="float32"), pt.matrix("s", dtype="int64")
+    q = x // pt.switch(pt.eq(s, -1), 3, s)
+    g = pytensor.grad(pt.arctan2(x, q).sum(), x)
+    vals = [np.float32(0.12573022), np.array([[-10, -8], [-19, -17]], dtype="int64")]
+    got, stock, py, c = (compile_fn([x, s], g, b, cache_key="f32_grad_dtypes")(*vals) for b in ("policy_strict", "stock_strict", "py", "c"))
+    assert not np.array_equal(got, stock), "stock no longer divides in float32 here: the case is gone"
+    assert verdict(got, stock, py, c) is None
+    other = np.nextafter(got, np.float32(-np.inf))  # (toward 0 is stock's own value)
+    assert verdict(other, stock, py, c) is not None
