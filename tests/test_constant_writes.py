@@ -13,6 +13,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, IncSubtensor
 
+import ptnumba_codegen
 from conftest import compile_fn
 from ptnumba_codegen import constant_writes
 
@@ -78,8 +79,6 @@ def test_fold_rules_name_their_reasons():
 
 
 def test_a_catalogue_multinomial_logit_loses_its_one_hot():
-    import pytest
-
     from ptnumba_codegen import models as catalogue
     from ptnumba_codegen import modelbench as mb
 
@@ -87,8 +86,6 @@ def test_a_catalogue_multinomial_logit_loses_its_one_hot():
         pytest.skip("pymc is not installed")
     model = catalogue.MODELS["multinomial_logit"](200, catalogue.DEFAULT_SEED)
     x0 = mb.evaluation_point(model, catalogue.DEFAULT_SEED)
-    import ptnumba_codegen
-
     pd = model.logp_dlogp_function(ravel_inputs=True, mode=ptnumba_codegen.policy_mode("strict"))
     with pytensor.config.change_flags(numba__fastmath=False):
         stock = model.logp_dlogp_function(ravel_inputs=True, mode="NUMBA")
