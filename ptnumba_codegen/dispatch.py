@@ -16,7 +16,7 @@ from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
 from ptnumba_codegen.lowering.exact_lanes import cache_key as exact_lanes_key
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
 from ptnumba_codegen.kernels import KernelPlan, plan_node
-from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel
+from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel, compiled_or_stock
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.ops import on_policy_class
 
@@ -88,6 +88,7 @@ def stock_loop(op, node, plan: KernelPlan, **kwargs):
     fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
     with config.change_flags(numba__fastmath=fast):
         fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(plan.stock_op, node, **kwargs)
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_stock_loop")
     return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
 
 
@@ -99,6 +100,7 @@ def split_kernel(op, node, plan: KernelPlan, **kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k != "storage_map"}  # the outer graph's
     with config.change_flags(numba__fastmath=fast):
         fn, key = numba_funcify_and_cache_key(plan.stock_op, squeeze_output=True, fgraph_name="policy_split", **kwargs)
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_split")
     return fn, None if key is None else cache_key("split", fast, op.policy.digest, key)
 
 

@@ -23,6 +23,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.core.errors import TypingError
 from numba.core.registry import cpu_target
+from numba import njit
 from numba.extending import intrinsic, overload
 from numpy.lib.stride_tricks import as_strided
 
@@ -99,6 +100,41 @@ def call_stock(fallback, reason: str):
         return stock(*inputs)
 
     return impl
+
+
+def compiled_or_stock(fn: Callable, fallback, name: str):
+    """``fn`` (a function numba compiles: the stock loop around our scalar core, an indexed
+    kernel's inner graph) behind a compile check. Our part of it is checked by its own dry
+    run, the code around it is not: it is compiled on its own for the caller's argument
+    types when the caller is typed, and any failure makes the node's kernel the stock one
+    (``fallback(reason)``) instead of an exception at the function's first call."""
+
+    def kernel(*inputs):
+        return fn(*inputs)
+
+    kernel.__name__ = name
+
+    @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
+    def _kernel_overload(*inputs):
+        params = ", ".join(f"x{k}" for k in range(len(inputs)))
+        probe = njit(**KERNEL_JIT_OPTIONS)(define(f"def {name}({params}):\n    return fn({params})\n", fn=fn))
+        try:
+            probe.compile(tuple(inputs))
+        except Exception as err:  # noqa: BLE001  (any failure of the code around our core)
+            return call_stock(fallback, f"{name} failed to compile: {type(err).__name__}: {err}".splitlines()[0][:300])
+
+        def impl(*inputs):
+            return fn(*inputs)
+
+        return impl
+
+    return kernel
+
+
+def define(src: str, **env):
+    """The function ``src`` defines (generated source), with ``env`` as its globals."""
+    exec(compile(src, "<ptnumba_codegen>", "exec"), env)
+    return env[src[4 : src.index("(")]]
 
 
 def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, split=None):
@@ -290,21 +326,21 @@ def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str =
 
         return ret(inputs), codegen
 
-    def kernel(*inputs):
-        return python_impl(*inputs)
+    # Named parameters, not ``*inputs``: PyTensor's indexed loop (`vectorize_codegen`) packs
+    # the arguments of a star-args core into a tuple straight from the loaded array
+    # elements, whose booleans are numba's data form (i8), not the value form (i1).
+    params = ", ".join(f"x{k}" for k in range(len(in_types)))
+    packed = f"({params}{',' if in_types else ''})"
 
-    kernel.__name__ = name
-
-    @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
-    def _kernel_overload(*inputs):
-        if fallback is not None and len(inputs) == len(in_types):
+    def make_impl(inputs):
+        if fallback is not None:
             problem = dry_run(lambda c, b, args: emit(c, b, inputs, args), inputs)
             if problem is not None:
-                return call_stock(fallback, f"{name} failed to compile: {problem}")
+                stock = fallback(f"{name} failed to compile: {problem}")
+                return define(f"def impl({params}):\n    return stock({params})\n", stock=stock)
+        return define(f"def impl({params}):\n    return scalar_body({packed})\n", scalar_body=scalar_body)
 
-        def impl(*inputs):
-            return scalar_body(inputs)
-
-        return impl
-
+    kernel = define(f"def {name}({params}):\n    return python_impl({params})\n", python_impl=python_impl)
+    typing = define(f"def typing({params}):\n    return make_impl({packed})\n", make_impl=make_impl)
+    overload(kernel, jit_options=KERNEL_JIT_OPTIONS)(typing)
     return kernel
