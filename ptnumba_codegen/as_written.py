@@ -48,7 +48,6 @@ import logging
 from pytensor.graph.basic import Constant
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.fg import FrozenFunctionGraph
-from pytensor.graph.replace import clone_replace
 from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, node_rewriter
 from pytensor.scalar.basic import Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
@@ -130,11 +129,14 @@ class InlineAsWritten(GraphRewriter):
 
     def apply(self, fgraph):
         inlined = getattr(fgraph, INLINED_ATTR, [])
-        for node in fgraph.toposort():
-            if isinstance(node.op, AsWritten) and node in fgraph.apply_nodes and strict_cones(node.op.policy):
-                record = inline(fgraph, node)
-                if record is not None:
-                    inlined.append(record)
+        # decisions first: a shared cone is put back only once every decision reading it
+        # is (read by an opaque copy, the sensitivity analysis would not see it decide)
+        for kind in ("decision", "cone"):
+            for node in fgraph.toposort():
+                if isinstance(node.op, AsWritten) and node.op.kind == kind and strict_cones(node.op.policy):
+                    record = inline(fgraph, node)
+                    if record is not None:
+                        inlined.append(record)
         if inlined:
             setattr(fgraph, INLINED_ATTR, inlined)
             log.info("policy %s: %d as-written cop(ies) inlined into the kernels", inlined[0][0], len(inlined))
@@ -163,25 +165,43 @@ def inline(fgraph, node):
     """Replace an elementwise `AsWritten` node by its guarded inner graph; a record for
     explain (policy name, label, cone size, guards, reads) or None if it stays opaque.
 
-    Only decisions with their cones: the policy then sees the decision and compiles its
-    cone strictly. A copy of input values (``kind="inputs"``) feeds an op the whole-graph
+    Only decisions with their cones, and shared cones (``kind="cone"``) once no opaque copy
+    reads them: the policy then sees the decision and compiles its cone strictly. A copy of input values (``kind="inputs"``) feeds an op the whole-graph
     sensitivity analysis does not see through (an OpFromGraph, a Scan), so inlined it
     would be compiled fast; it stays opaque.
     """
     op = node.op
-    if op.kind != "decision" or not inlinable(op.fgraph):
+    if op.kind == "inputs" or not inlinable(op.fgraph):
         return None
+    if op.kind == "cone" and any(_read_opaquely(fgraph, out) for out in node.outputs):
+        return None  # not a decision: put back, it would be compiled fast
     graph = op.fgraph.unfreeze()
     guards = add_overflow_guards(graph, op.kind)
     if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
     dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
-    outs = clone_replace(list(graph.outputs), replace=dict(zip(graph.inputs, node.inputs, strict=True)))
+    outs = rebuild(graph, node.inputs)
     for old, new in zip(node.outputs, outs, strict=True):
         new.name = old.name
     fgraph.replace_all_validate(list(zip(node.outputs, outs, strict=True)), reason="as_written_inline")
     reads = tuple(v.name or str(v) for v in node.inputs)
     return (op.policy.name, op.label, op.kind, op.cone_size, guards, reads)
+
+
+def rebuild(graph, inputs) -> list:
+    """``graph``'s outputs computed from ``inputs`` by new nodes of the same ops. Unlike
+    ``clone_replace``, which rebuilds what the replacements are computed from as well,
+    an input computed by another copy (a shared cone) stays that copy's output."""
+    memo = dict(zip(graph.inputs, inputs, strict=True))
+    for node in graph.toposort():
+        new = node.op.make_node(*(memo.get(v, v) for v in node.inputs))
+        memo.update(zip(node.outputs, new.outputs, strict=True))
+    return [memo.get(v, v) for v in graph.outputs]
+
+
+def _read_opaquely(fgraph, var) -> bool:
+    """Whether an opaque `AsWritten` copy reads ``var``."""
+    return any(isinstance(client.op, AsWritten) for client, _ in fgraph.clients[var])
 
 
 def summarize(nodes, policy) -> str:
@@ -192,6 +212,9 @@ def summarize(nodes, policy) -> str:
         f"policy {policy.name}: {len(decisions)} decision(s) kept as written "
         f"({sum(n.op.cone_size for n in decisions)} ops in their cones)"
     )
+    cones = [n for n in nodes if n.op.kind == "cone"]
+    if cones:
+        text += f", {len(cones)} cone(s) shared by several decisions ({sum(n.op.cone_size for n in cones)} ops)"
     if inputs:
         text += f", {len(inputs)} node(s) read as-written inputs ({sum(n.op.cone_size for n in inputs)} ops)"
     return text
@@ -226,18 +249,67 @@ def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> l
     which the kernels of opaque copies yield to like every other kernel of it."""
     fgraph.attach_feature(ReplaceValidate())
     frozen = []
+    cones = SharedCones(shared_roots(fgraph))
     for node in fgraph.toposort():
         if node not in fgraph.apply_nodes:
             continue  # an earlier replacement pruned it
         if isinstance(node.op, INNER_GRAPH_OPS):
             node = _freeze_inner_graph(fgraph, node, policy, frozen, outer_pools)
-        new = freeze(fgraph, node, policy, outer_pools)
+        before = len(cones.nodes)
+        new = freeze(fgraph, node, policy, outer_pools, cones)
+        frozen.extend(cones.nodes[before:])
         if new is not None:
             frozen.append(new)
     return frozen
 
 
-def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = ()):
+def computed_roots(node) -> tuple:
+    """The computed float decision inputs of a node that decides with its cone, in order."""
+    rule = decision_rule(node)
+    if rule is None or rule[0] != "node":
+        return ()
+    return tuple(dict.fromkeys(v for p in rule[1] if is_float(v := node.inputs[p]) and is_computed(v)))
+
+
+def shared_roots(fgraph) -> dict[tuple, list[str]]:
+    """Computed decision inputs that several decisions read (``0 <= p`` and ``p <= 1``, the
+    checks of one parameter): the labels of those decisions, by their roots."""
+    readers: dict[tuple, list[str]] = {}
+    for node in fgraph.toposort():
+        roots = computed_roots(node)
+        if roots:
+            readers.setdefault(roots, []).append(str(node.op))
+    return {roots: labels for roots, labels in readers.items() if len(labels) > 1}
+
+
+class SharedCones:
+    """One as-written copy per cone that several decisions read (`shared_roots`): each of
+    them is frozen alone, reading the copy's values, instead of each holding a copy."""
+
+    def __init__(self, shared: dict[tuple, list[str]]):
+        self.shared = shared
+        self.outputs: dict[tuple, list] = {}  # roots -> the copy's outputs
+        self.nodes: list = []  # the copies, in the order they were made
+
+    def values(self, roots: tuple, policy: Policy, outer_pools) -> list | None:
+        """The copy's outputs for ``roots`` (made on first use), or None if not shared."""
+        if roots not in self.shared:
+            return None
+        if roots not in self.outputs:
+            leaves, _ = cone_leaves(list(roots))
+            label = f"cone of {', '.join(self.shared[roots])}"
+            op = AsWritten(
+                FrozenFunctionGraph.from_io(leaves, list(roots)), policy, label=label, kind="cone", outer_pools=outer_pools
+            )
+            new = op.make_node(*leaves)
+            for k, (old, out) in enumerate(zip(roots, new.outputs, strict=True)):
+                out.name = old.name or f"cone{len(self.nodes)}.{k}"
+            self.outputs[roots] = new.outputs
+            self.nodes.append(new)
+        return self.outputs[roots]
+
+
+def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = (), cones: SharedCones | None = None):
     """Freeze ``node``'s decision (or its decision inputs) if it needs it; the new node or None."""
     rule = decision_rule(node)
     if rule is None:
@@ -249,8 +321,27 @@ def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = ()):
     if not computed and not self_compared:
         return None
     if kind == "node":
+        shared = None if cones is None else cones.values(computed_roots(node), policy, outer_pools)
+        if shared is not None:
+            return _freeze_on_shared_cone(fgraph, node, dict(zip(computed_roots(node), shared)), policy, outer_pools)
         return _freeze_node(fgraph, node, roots, policy, outer_pools)
     return _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools)
+
+
+def _freeze_on_shared_cone(fgraph, node, values: dict, policy, outer_pools):
+    """Freeze ``node`` alone, reading the shared copy's ``values`` for its computed inputs
+    (frozen still: a rewrite could fold or reorder the decision itself)."""
+    inputs = [values.get(v, v) for v in node.inputs]
+    leaves = list(dict.fromkeys(v for v in inputs if not isinstance(v, Constant)))
+    inner = node.op.make_node(*inputs)
+    op = AsWritten(
+        FrozenFunctionGraph.from_io(leaves, inner.outputs), policy, label=str(node.op), kind="decision", outer_pools=outer_pools
+    )
+    new = op.make_node(*leaves)
+    for old, out in zip(node.outputs, new.outputs, strict=True):
+        out.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
+    return new
 
 
 def _freeze_inner_graph(fgraph, node, policy, frozen: list, outer_pools):

@@ -68,7 +68,8 @@ def test_seed_example_still_holds(backend):
 
 def test_elementwise_copies_are_inlined_into_one_kernel():
     fn = seed_fn("policy_as_written")
-    assert not frozen(fn) and [r[1] for r in inlined(fn)] == ["Le"]
+    # the gradient's Le and the Minimum it came from read one cone: one shared copy
+    assert not frozen(fn) and [r[1] for r in inlined(fn)] == ["Le", "cone of Minimum, Le"]
     [kernel] = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, Elemwise)]
     text = str(kernel.op)
     assert "le((((i4 * i2) * i1) * i0), i3)" in text, text  # the product as written, in the kernel
@@ -242,14 +243,14 @@ def test_shapes_are_inferred_through_the_frozen_op():
 
 def test_pickled_function_and_cache_key():
     fn = maintainer_fn("policy_as_written_opaque")
-    [node] = frozen(fn)
+    [node] = [n for n in frozen(fn) if n.op.cone_size]  # the shared cone (exp, exp, mul)
     op = node.op
     assert pickle.loads(pickle.dumps(op)) == op
     _, key = numba_funcify_and_cache_key(op, node=node)
     assert isinstance(key, str)
     a, c, b = pt.vectors("a", "c", "b")  # a fresh graph gets the same key: the disk cache hits
     ga = pytensor.grad(pt.minimum(pt.exp(a) * pt.exp(c), b).sum(), a)
-    [other] = frozen(compile_fn([a, c, b], ga, "policy_as_written_opaque"))
+    [other] = [n for n in frozen(compile_fn([a, c, b], ga, "policy_as_written_opaque")) if n.op.cone_size]
     assert numba_funcify_and_cache_key(other.op, node=other)[1] == key
     again = pickle.loads(pickle.dumps(fn))
     np.testing.assert_array_equal(again(AV, CV, MAINT_BV), fn(AV, CV, MAINT_BV))
@@ -266,13 +267,16 @@ def test_other_linkers_run_the_inner_graph():
 
 def test_explain_and_log_show_the_frozen_copies(caplog):
     report = ptnumba_codegen.explain(maintainer_fn("policy_as_written_opaque"))
-    assert "== as-written copy of Le: 3 op(s) in its cone (exp, exp, mul), reads a, c, b" in report
+    # the gradient's Le and the Minimum it came from read one cone: one copy, shared
+    assert "== as-written cone of Minimum, Le: 3 op(s) in its cone (exp, exp, mul), reads a, c" in report
+    assert "== as-written copy of Le: 0 op(s) in its cone (none), reads cone0.0, b" in report
     assert "why: [comparison] as_written in policy as_written" in report
     assert "[policy strict (as written, as_written)]" in report
-    assert "1 as-written copy" in report
+    assert "2 as-written copies" in report
     report = ptnumba_codegen.explain(maintainer_fn("policy_as_written"))
-    assert "== as-written copy of Le: 3 op(s) in its cone, reads a, c, b; inlined into the kernels below" in report
-    assert "1 as-written copy" in report
+    assert "== as-written cone of Minimum, Le: 3 op(s) in its cone, reads a, c; inlined into the kernels below" in report
+    assert "== as-written copy of Le: 0 op(s) in its cone, reads cone0.0, b; inlined into the kernels below" in report
+    assert "2 as-written copies" in report
     x, b = pt.vectors("x", "b")
     with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):
         pytensor.function([x, b], pt.le(x * 3.0, b), mode=ptnumba_codegen.policy_mode("as_written"))
@@ -294,3 +298,27 @@ def test_a_cone_through_a_matrix_product_stays_opaque_and_is_exact():
     assert (ref[2] == 0).sum() > 20  # ties as written
     np.testing.assert_array_equal(res[2], ref[2])
     np.testing.assert_allclose(res[1], ref[1], rtol=1e-12)
+
+
+def test_decisions_reading_one_cone_share_one_copy():
+    """PyMC's ``0 <= p <= 1`` on ``p = sigmoid(X @ beta)``: both checks read one opaque copy
+    of the cone (it holds a Matmul), each decision is put back into the kernels alone."""
+    X, beta, y = pt.matrix("X"), pt.vector("beta"), pt.vector("y")
+    p = pt.sigmoid(X @ beta)
+    ok = pt.all(pt.and_(pt.ge(p, 0.0), pt.le(p, 1.0)))
+    logp = pt.switch(ok, (y * pt.log(p) + (1 - y) * pt.log1p(-p)).sum(), -np.inf)
+    outs = [logp, pytensor.grad(logp, beta), pt.ge(p, 0.5)]
+    fn = compile_fn([X, beta, y], outs, "policy_as_written", cache_key="shared_cone")
+    [copy] = frozen(fn)
+    assert copy.op.kind == "cone" and copy.op.label == "cone of Ge, Le, Ge", copy.op.label
+    assert sorted(r[1] for r in inlined(fn)) == ["Ge", "Ge", "Le"]
+    rng = np.random.default_rng(7)
+    Xv, bv = rng.normal(size=(60, 3)), np.array([0.0, 0.0, 0.0])
+    Xv[:20] = 0.0  # p = 0.5 exactly: ties for the third output
+    yv = (rng.random(60) < 0.5).astype("float64")
+    ref = compile_fn([X, beta, y], outs, "unoptimized_strict", cache_key="shared_cone")(Xv, bv, yv)
+    res = fn(Xv, bv, yv)
+    assert ref[2][:20].all()
+    for r, e in zip(res, ref, strict=True):
+        np.testing.assert_allclose(r, e, rtol=1e-12)
+    np.testing.assert_array_equal(res[2], ref[2])
