@@ -208,6 +208,17 @@ def input_variables(batch: Batch):
 
 
 TIE_DECISIONS = ("minimum", "maximum", "clip", "le", "lt", "ge", "gt", "eq", "neq", "switch")
+# more deciding nodes of docs/policies.md#decisions-as-written, on the expression ``p`` and
+# its threshold ``b`` (at the tie p / b is 1 or an ulp off it, p - b is 0 or not)
+MORE_TIE_DECISIONS = {
+    "sign": lambda p, b: pt.sign(p - b),
+    "floor": lambda p, b: pt.floor(p / b),
+    "int_div": lambda p, b: p // b,
+    "cast_int": lambda p, b: pt.cast(p / b, "int64"),
+    "argmax": lambda p, b: pt.argmax(pt.stack([p, b]), axis=0),
+    "max": lambda p, b: pt.max(pt.stack([p, b]), axis=0),
+}
+TIE_DECISIONS += tuple(MORE_TIE_DECISIONS)
 
 
 def _build_tie(spec, xs):
@@ -216,7 +227,10 @@ def _build_tie(spec, xs):
     tree, decision, swap, first = spec
     n = max(2, tw.n_leaves(tree))
     leaves, b = xs[first : first + n], xs[first + n]
-    return tw.decide({"decision": decision, "swap": swap}, tw.build(tree, iter(leaves)), b, leaves)
+    p = tw.build(tree, iter(leaves))
+    if decision in MORE_TIE_DECISIONS:
+        return MORE_TIE_DECISIONS[decision](*((b, p) if swap else (p, b)))
+    return tw.decide({"decision": decision, "swap": swap}, p, b, leaves)
 
 
 def _build(tree, xs, ties=()):

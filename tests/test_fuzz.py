@@ -12,10 +12,15 @@ Properties, per output (tests/references.py, docs/divergences.md):
   strict moves when the float inputs move by 2 ulp); its NaN/inf pattern is the
   reference's, or that of stock's own fast-math build (outside decision cones the policy
   may reassociate like stock fastmath does) or of the perturbed inputs;
-* where stock raises and the policy compiles, nothing is compared; the reverse fails.
+* where stock raises and the policy compiles, nothing is compared; the reverse fails;
+* policy ``as_written`` (`test_fuzz_as_written`, batches about half tie graphs) gives every
+  bool and integer result and every gradient zero pattern of the graph as written
+  (``Mode(linker="numba", optimizer=None)``, fastmath off) exactly, floats within the
+  default policy's budget (`check_batch_as_written`).
 
-Profiles (``PTNUMBA_FUZZ_PROFILE``): ``ci`` (default; derandomized, about 300 graphs),
-``long`` (random, about 5,000 graphs; for local runs). ``PTNUMBA_FUZZ_LOG=path`` appends
+Profiles (``PTNUMBA_FUZZ_PROFILE``): ``ci`` (default; derandomized, about 300 graphs, and
+about 40 for as_written), ``long`` (random, about 5,000 graphs, and 1,500 for as_written;
+for local runs). ``PTNUMBA_FUZZ_LOG=path`` appends
 one JSON line per checked batch (graph count, stock divergences found) for a run summary;
 with ``PTNUMBA_FUZZ_COLLECT=1`` failures go to that log instead of failing the test, so a
 long run reports all it finds.
