@@ -214,7 +214,8 @@ def check_batch_as_written(batch: fg.Batch, backends=("policy_as_written",)) -> 
       element (a float decision, ``minimum(p, b)``, shows in its gradient's zero pattern);
     * ``"zero pattern"``: a gradient is zero where the reference's is not, or the reverse;
     * ``"value"``: a float outside the default policy's budget (`default_problem`) of the
-      reference, with the reference's own conditioning probe. Outside decisions the policy
+      reference, widened by the reference's own conditioning probe (not for tie graphs:
+      there the probe measures the tie itself). Outside decisions the policy
       keeps the rewritten graph's arithmetic (``log(1 + exp(x))`` is ``softplus``), so
       a random graph's float may instead be within budget of stock strict or stock
       fastmath (the rewritten graph); a tie graph's may not.
@@ -256,6 +257,7 @@ def check_batch_as_written(batch: fg.Batch, backends=("policy_as_written",)) -> 
         return not agree(e, y) and agree(r, y, rtol)
 
     found = {b: [] for b in backends}
+    excused = {"dtypes": 0, "rewritten": 0}  # outputs accepted by the py linker / the rewritten graph
     for backend, fn in fns.items():
         for call in (0, 1):
             res = _run(fn, calls[call])
@@ -267,6 +269,7 @@ def check_batch_as_written(batch: fg.Batch, backends=("policy_as_written",)) -> 
                     found[backend].append((where, "value", f"dtype/shape {r.dtype}{r.shape} vs {e.dtype}{e.shape}"))
                     continue
                 if not tie and not np.array_equal(r, e, equal_nan=r.dtype.kind == "f") and follows_dtypes(r, e, k, call):
+                    excused["dtypes"] += 1
                     continue
                 if r.dtype.kind != "f":
                     if not np.array_equal(r, e):
@@ -278,16 +281,19 @@ def check_batch_as_written(batch: fg.Batch, backends=("policy_as_written",)) -> 
                     found[backend].append((where, "zero pattern", f"{n} of {r.size} elements differ\n    got {r!r}\n    ref {e!r}"))
                     continue
                 eps = budget_eps(outs[k], r.dtype) * reassociation_factor(batch, r)
-                problem = default_problem(r, e, probes[call][k], None, eps)
+                # a tie graph's values are well conditioned but at its tie, which the
+                # conditioning probe would measure: no widening (a flipped floor(p / b) fails)
+                problem = default_problem(r, e, e if tie else probes[call][k], None, eps)
                 if problem and not tie:
                     for other_backend in ("stock_strict", "stock_fast"):
                         a = alt(other_backend, call)[k]
                         if default_problem(r, a, a, None, eps) is None:
                             problem = None
+                            excused["rewritten"] += 1
                             break
                 if problem:
                     found[backend].append((where, "value", f"{problem}\n    got {r!r}\n    ref {e!r}"))
-    _log({"as_written": True, "graphs": len(outs), "ties": len(batch.ties), "failures": {b: len(v) for b, v in found.items()}})
+    _log({"as_written": True, "graphs": len(outs), "ties": len(batch.ties), "excused": excused, "failures": {b: len(v) for b, v in found.items()}})
     return found
 
 
