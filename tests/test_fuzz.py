@@ -345,11 +345,13 @@ TIE_TREES = (
 
 def tie_batch(decisions, seed=7):
     """A batch of tie graphs only: every tree of ``TIE_TREES`` under each decision."""
+    from test_ties_as_written import n_leaves
+
     inputs, graphs, ties = [("float64", (False,)), ("int32", (False,))], [], []
     for decision in decisions:
         for tree in TIE_TREES:
             ties.append((tree, decision, len(ties) % 2 == 1, len(inputs)))
-            inputs.extend([("float64", (False,))] * 4)  # three leaves (at least two), the threshold
+            inputs.extend([("float64", (False,))] * (max(2, n_leaves(tree)) + 1))  # leaves, threshold
             graphs.append(("tie", len(ties) - 1))
     n = len(graphs)
     return fg.Batch((48,), tuple(inputs), tuple(graphs), (None,) * n, (True,) * n, seed, tuple(ties))
