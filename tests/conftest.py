@@ -29,7 +29,7 @@ settings.register_profile("fuzz-ci", max_examples=10, derandomize=True, phases=(
 settings.register_profile("fuzz-long", max_examples=170, **_FUZZ)
 # policy as_written against the graph as written (one test, about half tie graphs): ci a few
 # dozen graphs, long about 1,500
-settings.register_profile("fuzz-as_written-ci", max_examples=4, derandomize=True, phases=(Phase.explicit, Phase.generate), **_FUZZ)
+settings.register_profile("fuzz-as_written-ci", max_examples=3, derandomize=True, phases=(Phase.explicit, Phase.generate), **_FUZZ)
 settings.register_profile("fuzz-as_written-long", max_examples=150, **_FUZZ)
 
 _COMPILED: dict = {}

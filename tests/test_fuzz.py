@@ -19,7 +19,7 @@ Properties, per output (tests/references.py, docs/divergences.md):
   default policy's budget (`check_batch_as_written`).
 
 Profiles (``PTNUMBA_FUZZ_PROFILE``): ``ci`` (default; derandomized, about 300 graphs, and
-about 40 for as_written), ``long`` (random, about 5,000 graphs, and 1,500 for as_written;
+about 30 for as_written), ``long`` (random, about 5,000 graphs, and 1,500 for as_written;
 for local runs). ``PTNUMBA_FUZZ_LOG=path`` appends
 one JSON line per checked batch (graph count, stock divergences found) for a run summary;
 with ``PTNUMBA_FUZZ_COLLECT=1`` failures go to that log instead of failing the test, so a
@@ -328,8 +328,9 @@ def _fuzz_test(part: str, **strategy):
 test_fuzz_scalars_and_vectors = _fuzz_test("scalars_and_vectors", max_ndim=1)
 test_fuzz_matrices = _fuzz_test("matrices", min_ndim=2, max_ndim=2)
 test_fuzz_tensor3 = _fuzz_test("tensor3", min_ndim=3, max_ndim=3)
-# policy as_written against the graph as written: random graphs, half of them tie graphs
-test_fuzz_as_written = _fuzz_test("as_written", max_ndim=2, as_written=True)
+# policy as_written against the graph as written: random graphs, half of them tie graphs;
+# in ci scalars and vectors only (the first compile of each new kernel is the cost)
+test_fuzz_as_written = _fuzz_test("as_written", max_ndim=1 if PROFILE == "ci" else 2, as_written=True)
 
 
 # tie graphs the rewrites break: x*(y*z) (flattened to mul(x, y, z)), exp(a)*exp(c) (to
