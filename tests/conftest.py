@@ -19,7 +19,7 @@ from ptnumba_codegen.ops import is_policy_op
 
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
-BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast", "policy_as_written", "policy_as_written_opaque", "unoptimized_strict")
+BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "policy_fast", "policy_as_written", "policy_as_written_opaque", "unoptimized_strict", "py_unoptimized")
 
 # The differential fuzzer's profiles (tests/test_fuzz.py), picked by $PTNUMBA_FUZZ_PROFILE.
 # Three fuzz tests of 10 graphs per example: ci checks about 300 graphs in a fixed order;
@@ -27,6 +27,10 @@ BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_strict", "po
 _FUZZ = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
 settings.register_profile("fuzz-ci", max_examples=10, derandomize=True, phases=(Phase.explicit, Phase.generate), **_FUZZ)
 settings.register_profile("fuzz-long", max_examples=170, **_FUZZ)
+# policy as_written against the graph as written (one test, about half tie graphs): ci a few
+# dozen graphs, long about 1,500
+settings.register_profile("fuzz-as_written-ci", max_examples=3, derandomize=True, phases=(Phase.explicit, Phase.generate), **_FUZZ)
+settings.register_profile("fuzz-as_written-long", max_examples=150, **_FUZZ)
 
 _COMPILED: dict = {}
 
@@ -59,6 +63,8 @@ def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=Fals
         mode = ptnumba_codegen.policy_mode(backend.removeprefix("policy_"))
     elif backend == "c":
         mode = Mode(linker="cvm", optimizer="fast_run")
+    elif backend == "py_unoptimized":  # the graph's dtypes, as written (the fuzzer's as_written check)
+        mode = Mode(linker="py", optimizer=None)
     elif backend == "py":  # the graph's dtypes, node by node in numpy: nothing compiles
         mode = Mode(linker="py", optimizer="fast_run").excluding("fusion")  # perform takes <= 32 operands
     else:

@@ -120,6 +120,10 @@ class Batch:
     reductions: tuple  # per graph: None or (name, axes or None, what follows: AFTER_REDUCTION)
     grads: tuple[bool, ...]  # per graph: also its gradient
     seed: int
+    # tie graphs (``("tie", k)`` in ``graphs``), drawn with ``batches(ties=True)``: per tie,
+    # (expression tree of test_ties_as_written, decision, swap, index of its first input);
+    # its leaves and then its threshold are float64 inputs of the batch (full shape)
+    ties: tuple = ()
 
 
 def _tree(n_inputs: int):
@@ -139,7 +143,8 @@ def _tree(n_inputs: int):
 
 
 @st.composite
-def batches(draw, n_graphs: int, min_ndim: int = 0, max_ndim: int = MAX_NDIM):
+def batches(draw, n_graphs: int, min_ndim: int = 0, max_ndim: int = MAX_NDIM, ties: bool = False):
+    """A batch; with ``ties``, about half its graphs are tie graphs (see `tie_graphs`)."""
     ndim = draw(st.integers(min_ndim, max_ndim))
     big = draw(st.integers(0, 9)) == 0 and ndim >= 1  # sometimes large: split / blocked loops
     sizes = [draw(st.integers(1, 5)) for _ in range(ndim)]
@@ -161,7 +166,33 @@ def batches(draw, n_graphs: int, min_ndim: int = 0, max_ndim: int = MAX_NDIM):
         axes = draw(st.one_of(st.none(), st.sets(st.integers(0, ndim - 1), min_size=1).map(lambda s: tuple(sorted(s)))))
         reductions.append((draw(st.sampled_from(REDUCTIONS)), axes, draw(st.sampled_from(AFTER_REDUCTION))))
     grads = tuple(draw(st.integers(0, 3)) == 0 for _ in range(n_graphs))
-    return Batch(tuple(sizes), tuple(inputs), graphs, tuple(reductions), grads, draw(st.integers(0, 2**32 - 1)))
+    tie_specs = ()
+    if ties:
+        graphs, reductions, grads, inputs, tie_specs = draw(tie_graphs(graphs, reductions, grads, inputs, ndim))
+    return Batch(tuple(sizes), tuple(inputs), graphs, tuple(reductions), grads, draw(st.integers(0, 2**32 - 1)), tie_specs)
+
+
+@st.composite
+def tie_graphs(draw, graphs, reductions, grads, inputs, ndim):
+    """Replace about half the graphs by tie graphs: an expression of its own float64 leaves
+    built in written order (``x*(y*z)``, ``exp(a)*exp(c)``, n-ary products and sums,
+    divisions: the trees of tests/test_ties_as_written.py, which PyTensor's rewrites
+    reassociate or fuse) decided against a threshold input that `values` computes the
+    written way (Python floats, libm), at the tie on two thirds of the elements and an ulp
+    off it on the rest. Float decisions (minimum, maximum, clip, switch) get gradients."""
+    from test_ties_as_written import graph_spec, n_leaves
+
+    graphs, reductions, grads, inputs = list(graphs), list(reductions), list(grads), list(inputs)
+    specs = []
+    for g in range(len(graphs)):
+        if not draw(st.booleans()):
+            continue
+        spec = draw(graph_spec)  # (its row-sum decisions need 1-d rows of 8: not drawn)
+        n = max(2, n_leaves(spec["tree"]))
+        specs.append((spec["tree"], draw(st.sampled_from(TIE_DECISIONS)), spec["swap"], len(inputs)))
+        inputs.extend([("float64", (False,) * ndim)] * (n + 1))  # leaves, threshold
+        graphs[g], reductions[g], grads[g] = ("tie", len(specs) - 1), None, True
+    return tuple(graphs), tuple(reductions), tuple(grads), tuple(inputs), tuple(specs)
 
 
 # -- building ------------------------------------------------------------------------------
@@ -176,10 +207,38 @@ def input_variables(batch: Batch):
     return out
 
 
-def _build(tree, xs):
+TIE_DECISIONS = ("minimum", "maximum", "clip", "le", "lt", "ge", "gt", "eq", "neq", "switch")
+# more deciding nodes of docs/policies.md#decisions-as-written, on the expression ``p`` and
+# its threshold ``b`` (at the tie p / b is 1 or an ulp off it, p - b is 0 or not)
+MORE_TIE_DECISIONS = {
+    "sign": lambda p, b: pt.sign(p - b),
+    "floor": lambda p, b: pt.floor(p / b),
+    "int_div": lambda p, b: p // b,
+    "cast_int": lambda p, b: pt.cast(p / b, "int64"),
+    "argmax": lambda p, b: pt.argmax(pt.stack([p, b]), axis=0),
+    "max": lambda p, b: pt.max(pt.stack([p, b]), axis=0),
+}
+TIE_DECISIONS += tuple(MORE_TIE_DECISIONS)
+
+
+def _build_tie(spec, xs):
+    import test_ties_as_written as tw
+
+    tree, decision, swap, first = spec
+    n = max(2, tw.n_leaves(tree))
+    leaves, b = xs[first : first + n], xs[first + n]
+    p = tw.build(tree, iter(leaves))
+    if decision in MORE_TIE_DECISIONS:
+        return MORE_TIE_DECISIONS[decision](*((b, p) if swap else (p, b)))
+    return tw.decide({"decision": decision, "swap": swap}, p, b, leaves)
+
+
+def _build(tree, xs, ties=()):
     kind = tree[0]
     if kind == "in":
         return xs[tree[1]]
+    if kind == "tie":
+        return _build_tie(ties[tree[1]], xs)
     if kind == "const":
         value = tree[1]
         return pt.constant(np.int8(value) if isinstance(value, int) else np.float64(value))
@@ -209,7 +268,7 @@ def build(batch: Batch):
     xs = input_variables(batch)
     outs, labels = [], []
     for g, (tree, red, grad) in enumerate(zip(batch.graphs, batch.reductions, batch.grads, strict=True)):
-        out = _build(tree, xs)
+        out = _build(tree, xs, batch.ties)
         if out.owner is None:
             continue  # an input or a constant: no kernel
         if red is not None:
@@ -286,7 +345,29 @@ def values(batch: Batch, call: int):
         with np.errstate(all="ignore"):
             arr = _values(rng, dtype, shape, 0.15 if call == 0 else 0.6)
         out.append(_layout(rng, arr, LAYOUTS[lay]))
+    for spec in batch.ties:
+        _tie_values(spec, out, batch, np.random.default_rng((batch.seed, call, spec[3])))
     return out
+
+
+def _tie_values(spec, vals, batch, rng):
+    """The leaves of a tie graph (0.5 to 2, negative on some leaves) and its threshold: the
+    expression evaluated in written order with Python floats and libm (``math``), then
+    nudged by an ulp up on a third of the elements and down on a sixth (in place)."""
+    import test_ties_as_written as tw
+
+    tree, decision, swap, first = spec
+    n = max(2, tw.n_leaves(tree))
+    shape = batch.shape
+    leaves = [rng.uniform(0.5, 2.0, shape) * (rng.choice([-1.0, 1.0], shape) if rng.random() < 0.3 else 1.0) for _ in range(n)]
+    with np.errstate(all="ignore"):
+        written = np.frompyfunc(lambda *v: tw.evaluate(tree, iter(map(float, v))), n, 1)
+        b = np.asarray(written(*leaves), dtype="float64").reshape(shape)
+    flat = b.reshape(-1)
+    flat[1::3] = np.nextafter(flat[1::3], np.inf)
+    flat[2::6] = np.nextafter(flat[2::6], -np.inf)
+    for k, v in enumerate([*leaves, b]):
+        vals[first + k] = np.asarray(v, dtype="float64")
 
 
 def perturbed(vals, rng, ulps: int = 2):

@@ -12,10 +12,15 @@ Properties, per output (tests/references.py, docs/divergences.md):
   strict moves when the float inputs move by 2 ulp); its NaN/inf pattern is the
   reference's, or that of stock's own fast-math build (outside decision cones the policy
   may reassociate like stock fastmath does) or of the perturbed inputs;
-* where stock raises and the policy compiles, nothing is compared; the reverse fails.
+* where stock raises and the policy compiles, nothing is compared; the reverse fails;
+* policy ``as_written`` (`test_fuzz_as_written`, batches about half tie graphs) gives every
+  bool and integer result and every gradient zero pattern of the graph as written
+  (``Mode(linker="numba", optimizer=None)``, fastmath off) exactly, floats within the
+  default policy's budget (`check_batch_as_written`).
 
-Profiles (``PTNUMBA_FUZZ_PROFILE``): ``ci`` (default; derandomized, about 300 graphs),
-``long`` (random, about 5,000 graphs; for local runs). ``PTNUMBA_FUZZ_LOG=path`` appends
+Profiles (``PTNUMBA_FUZZ_PROFILE``): ``ci`` (default; derandomized, about 300 graphs, and
+about 30 for as_written), ``long`` (random, about 5,000 graphs, and 1,500 for as_written;
+for local runs). ``PTNUMBA_FUZZ_LOG=path`` appends
 one JSON line per checked batch (graph count, stock divergences found) for a run summary;
 with ``PTNUMBA_FUZZ_COLLECT=1`` failures go to that log instead of failing the test, so a
 long run reports all it finds.
@@ -192,15 +197,126 @@ def check_batch(batch: fg.Batch):
         raise AssertionError(f"{batch}\ngraphs:\n{text}\n" + "\n".join(failures))
 
 
+# -- policy as_written against the graph as written ---------------------------------------
+
+AS_WRITTEN_REF = "unoptimized_strict"  # conftest: Mode(linker="numba", optimizer=None), numba__fastmath=False
+
+
+def _graph_of(label: str) -> int:
+    return int(label.split()[1].rstrip(":"))
+
+
+def check_batch_as_written(batch: fg.Batch, backends=("policy_as_written",)) -> dict:
+    """{backend: [(label, kind, message), ...]}: each backend's results against the graph
+    as written (``AS_WRITTEN_REF``, compiled once for all of them), ``kind`` one of
+
+    * ``"decision"``: a bool or integer output differs from the reference, element for
+      element (a float decision, ``minimum(p, b)``, shows in its gradient's zero pattern);
+    * ``"zero pattern"``: a gradient is zero where the reference's is not, or the reverse;
+    * ``"value"``: a float outside the default policy's budget (`default_problem`) of the
+      reference, widened by the reference's own conditioning probe (not for tie graphs:
+      there the probe measures the tie itself). Outside decisions the policy
+      keeps the rewritten graph's arithmetic (``log(1 + exp(x))`` is ``softplus``), so
+      a random graph's float may instead be within budget of stock strict or stock
+      fastmath (the rewritten graph); a tie graph's may not.
+
+    Where the reference (numba) departs from the graph's dtypes (docs/divergences.md:
+    ``reciprocal(int64)`` in float32, ...), the policy follows them: a random graph's
+    output that the reference's does not agree with, but the graph as written in numpy
+    does (``py_unoptimized``, `references.agree`), is right. Tie graphs are float64
+    throughout: no such excuse.
+    """
+    xs, outs, labels = fg.build(batch)
+    if not outs:
+        return {b: [] for b in backends}
+    try:
+        ref_fn = _compile(xs, outs, AS_WRITTEN_REF)
+        calls = [fg.values(batch, c) for c in (0, 1)]
+        refs = [_run(ref_fn, v) for v in calls]
+    except Exception as err:  # noqa: BLE001  (the reference cannot run it: nothing to compare)
+        _log({"as_written": True, "graphs": len(outs), "skipped": f"reference raised {type(err).__name__}: {err}"[:300]})
+        return {b: [] for b in backends}
+    fns = {b: _compile(xs, outs, b) for b in backends}
+    rng = np.random.default_rng(batch.seed)
+    probes = [_run(ref_fn, fg.perturbed(v, rng)) for v in calls]
+    others = {}  # stock strict, stock fastmath, py_unoptimized on the whole batch, when first needed
+
+    def alt(backend, call):
+        if backend not in others:
+            if backend == "py_unoptimized":
+                others[backend] = [_py_results(_compile(xs, outs, backend), xs, outs, v) for v in calls]
+            else:
+                fn = _compile(xs, outs, backend)
+                others[backend] = [_run(fn, v) for v in calls]
+        return others[backend][call]
+
+    def follows_dtypes(r, e, k, call):
+        """The reference departs from the graph's dtypes at output k, the result does not."""
+        y = alt("py_unoptimized", call)[k]
+        rtol = RTOL[np.dtype("float32")] if r.dtype == np.float64 and budget_eps(outs[k], "float64") > EPS[np.dtype("float64")] else None
+        return not agree(e, y) and agree(r, y, rtol)
+
+    found = {b: [] for b in backends}
+    excused = {"dtypes": 0, "rewritten": 0}  # outputs accepted by the py linker / the rewritten graph
+    for backend, fn in fns.items():
+        for call in (0, 1):
+            res = _run(fn, calls[call])
+            for k, label in enumerate(labels):
+                r, e = res[k], refs[call][k]
+                tie = batch.graphs[_graph_of(label)][0] == "tie"
+                where = f"{label} (call {call}{', tie graph' if tie else ''})"
+                if r.dtype != e.dtype or r.shape != e.shape:
+                    found[backend].append((where, "value", f"dtype/shape {r.dtype}{r.shape} vs {e.dtype}{e.shape}"))
+                    continue
+                if not tie and not np.array_equal(r, e, equal_nan=r.dtype.kind == "f") and follows_dtypes(r, e, k, call):
+                    excused["dtypes"] += 1
+                    continue
+                if r.dtype.kind != "f":
+                    if not np.array_equal(r, e):
+                        n = int(np.sum(r != e))
+                        found[backend].append((where, "decision", f"{n} of {r.size} elements differ\n    got {r!r}\n    ref {e!r}"))
+                    continue
+                if ": d/d" in label and not np.array_equal(r == 0, e == 0):
+                    n = int(np.sum((r == 0) != (e == 0)))
+                    found[backend].append((where, "zero pattern", f"{n} of {r.size} elements differ\n    got {r!r}\n    ref {e!r}"))
+                    continue
+                eps = budget_eps(outs[k], r.dtype) * reassociation_factor(batch, r)
+                # a tie graph's values are well conditioned but at its tie, which the
+                # conditioning probe would measure: no widening (a flipped floor(p / b) fails)
+                problem = default_problem(r, e, e if tie else probes[call][k], None, eps)
+                if problem and not tie:
+                    for other_backend in ("stock_strict", "stock_fast"):
+                        a = alt(other_backend, call)[k]
+                        if default_problem(r, a, a, None, eps) is None:
+                            problem = None
+                            excused["rewritten"] += 1
+                            break
+                if problem:
+                    found[backend].append((where, "value", f"{problem}\n    got {r!r}\n    ref {e!r}"))
+    _log({"as_written": True, "graphs": len(outs), "ties": len(batch.ties), "excused": excused, "failures": {b: len(v) for b, v in found.items()}})
+    return found
+
+
+def _fail_as_written(batch, found):
+    problems = [f"{where}, {backend}, {kind}: {msg}" for backend, items in found.items() for where, kind, msg in items]
+    if problems:
+        xs, outs, labels = fg.build(batch)
+        text = "\n".join(f"  {label}: {pytensor.printing.pprint(out)}" for label, out in zip(labels, outs, strict=True))
+        raise AssertionError(f"{batch}\ngraphs:\n{text}\n" + "\n".join(problems))
+
+
 def _fuzz_test(part: str, **strategy):
-    @settings(settings.get_profile(f"fuzz-{PROFILE}"))
-    @given(batch=fg.batches(GRAPHS_PER_BATCH, **strategy))
+    as_written = strategy.pop("as_written", False)
+    check = (lambda b: _fail_as_written(b, check_batch_as_written(b))) if as_written else check_batch
+
+    @settings(settings.get_profile(f"fuzz-{'as_written-' if as_written else ''}{PROFILE}"))
+    @given(batch=fg.batches(GRAPHS_PER_BATCH, ties=as_written, **strategy))
     def test(batch):
         if not (os.environ.get("PTNUMBA_FUZZ_COLLECT") and os.environ.get("PTNUMBA_FUZZ_LOG")):
-            check_batch(batch)
+            check(batch)
             return
         try:
-            check_batch(batch)
+            check(batch)
         except Exception as err:  # noqa: BLE001  (collect mode: log it, go on)
             _log({"report": f"{type(err).__name__}: {err}"[:20000], "batch": repr(batch)})
 
@@ -212,3 +328,43 @@ def _fuzz_test(part: str, **strategy):
 test_fuzz_scalars_and_vectors = _fuzz_test("scalars_and_vectors", max_ndim=1)
 test_fuzz_matrices = _fuzz_test("matrices", min_ndim=2, max_ndim=2)
 test_fuzz_tensor3 = _fuzz_test("tensor3", min_ndim=3, max_ndim=3)
+# policy as_written against the graph as written: random graphs, half of them tie graphs;
+# in ci scalars and vectors only (the first compile of each new kernel is the cost)
+test_fuzz_as_written = _fuzz_test("as_written", max_ndim=1 if PROFILE == "ci" else 2, as_written=True)
+
+
+# tie graphs the rewrites break: x*(y*z) (flattened to mul(x, y, z)), exp(a)*exp(c) (to
+# exp(a + c)), x + (y + z), x / (y*z), sqrt(x)*(y*z); each decided against the written value
+TIE_TREES = (
+    ("mul", ("x",), ("mul", ("x",), ("x",))),
+    ("mul", ("exp", ("x",)), ("exp", ("x",))),
+    ("add", ("x",), ("add", ("x",), ("x",))),
+    ("div", ("x",), ("mul", ("x",), ("x",))),
+    ("mul", ("sqrt", ("x",)), ("mul", ("x",), ("x",))),
+)
+
+
+def tie_batch(decisions, trees=TIE_TREES, seed=7):
+    """A batch of tie graphs only: every tree of ``trees`` under each decision."""
+    from test_ties_as_written import n_leaves
+
+    inputs, graphs, ties = [("float64", (False,)), ("int32", (False,))], [], []
+    for decision in decisions:
+        for tree in trees:
+            ties.append((tree, decision, len(ties) % 2 == 1, len(inputs)))
+            inputs.extend([("float64", (False,))] * (max(2, n_leaves(tree)) + 1))  # leaves, threshold
+            graphs.append(("tie", len(ties) - 1))
+    n = len(graphs)
+    return fg.Batch((48,), tuple(inputs), tuple(graphs), (None,) * n, (True,) * n, seed, tuple(ties))
+
+
+def test_the_as_written_checker_fails_the_default_policy():
+    """The checker can fail: on tie graphs (the generator's ``ties`` knob) policy
+    ``default``, which decides on the rewritten graph, flips decisions (bool outputs and
+    gradient zero patterns) of the graph as written; ``as_written`` flips none. One
+    reference compile for both."""
+    batch = tie_batch(("le", "minimum"), TIE_TREES[:3])
+    found = check_batch_as_written(batch, ("policy_as_written", "policy_default"))
+    assert found["policy_as_written"] == [], found["policy_as_written"]
+    flipped = {kind for _, kind, _ in found["policy_default"]}
+    assert {"decision", "zero pattern"} <= flipped, found["policy_default"]
