@@ -337,6 +337,12 @@ def run_subprocess(spec: dict, timeout: float) -> dict:
 # --- agreement --------------------------------------------------------------------------
 
 
+def _norm(v: np.ndarray) -> float:
+    """The 2-norm, scaled so tiny (1e-300) or huge entries neither underflow nor overflow."""
+    scale = float(np.max(np.abs(v), initial=0.0))
+    return scale * float(np.linalg.norm(v / scale)) if scale > 0 else 0.0
+
+
 def norm_rel_err(a, b) -> float:
     """``||a - b|| / ||b||`` (2-norms, ``b`` the reference); entries equal in both (the
     same infinity, both NaN) count 0, any other non-finite difference makes it inf."""
@@ -349,8 +355,8 @@ def norm_rel_err(a, b) -> float:
         diff = np.where(same, 0.0, a - b)
     if not np.all(np.isfinite(diff)):
         return math.inf
-    num = float(np.linalg.norm(diff))
-    den = float(np.linalg.norm(np.where(np.isfinite(b), b, 0.0)))
+    num = _norm(diff)
+    den = _norm(np.where(np.isfinite(b), b, 0.0))
     if num == 0.0:
         return 0.0
     return num / den if den > 0 else math.inf
