@@ -647,10 +647,11 @@ def _spec(args, workdir: Path, form, model, backend, phase, rnd) -> dict:
     }
 
 
-def run(args, run_one=None) -> Results:
+def run(args, run_one=None, progress=None) -> Results:
     """For every form and model: the C reference (unless ``c`` is run), then ``rounds``
     rounds over the backends, order rotated each round (round 1: a cold and a warm
-    process, later rounds: warm), then nutpie if asked. ``run_one(spec) -> record``."""
+    process, later rounds: warm), then nutpie if asked. ``run_one(spec) -> record``;
+    ``progress(results)`` after every model (the CLI rewrites ``--json`` there)."""
     run_one = run_one or (lambda spec: run_subprocess(spec, args.timeout))
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ptnumba_catalogue_"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -681,6 +682,8 @@ def run(args, run_one=None) -> Results:
             if args.nutpie:
                 for b in args.backends:
                     res.add(run_one(_spec(args, workdir, form, m, b, "nutpie", 0)))
+            if progress is not None:
+                progress(res)
     return res
 
 
@@ -740,20 +743,56 @@ def parse_args(argv):
     return args
 
 
+def results_from_json(data: dict) -> Results:
+    """The `Results` of a ``--json`` file (a finished or an interrupted run)."""
+    meta = data["meta"]
+    res = Results(meta["forms"], meta["models"], meta["backends"])
+    for cell in data["cells"]:
+        for rec in cell["records"]:
+            res.add(rec)
+    for ref in data["reference"]:
+        res.reference[(ref["form"], ref["model"])] = ref
+    return res
+
+
+def report_main(argv) -> int:
+    p = argparse.ArgumentParser(prog="python -m ptnumba_codegen.catalogue_bench report",
+                                description="Print the tables and summaries of a --json file again "
+                                "(the models it has so far, for an interrupted run).")
+    p.add_argument("json_file")
+    a = p.parse_args(argv)
+    with open(a.json_file) as fh:
+        data = json.load(fh)
+    res = results_from_json(data)
+    done = {m for (_, m, _) in res.cells} | {m for (_, m) in res.reference}
+    res.models = [m for m in res.models if m in done]
+    nutpie = any(c.nutpie for c in res.cells.values())
+    for form in res.forms:
+        print(table(res, form, nutpie=nutpie))
+        print("\n".join(summary(res, form, nutpie=nutpie)) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["worker"]:
         return worker_main(argv[1:])
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
-    res = run(args)
+
+    def write_json(res):  # after every model, so an interrupted run keeps what it measured
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(to_json(res, args), fh, indent=1, default=str)
+
+    res = run(args, progress=write_json)
     for form in args.forms:
         print(table(res, form, nutpie=args.nutpie), flush=True)
         print("\n".join(summary(res, form, nutpie=args.nutpie)) + "\n", flush=True)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(to_json(res, args), fh, indent=1, default=str)
         log.info("wrote %s", args.json)
     return 1 if any(res.policy_fails_stock_runs(f) for f in args.forms) else 0
 
