@@ -317,10 +317,12 @@ def worker_main(argv) -> int:
 
 
 def run_subprocess(spec: dict, timeout: float) -> dict:
-    """`worker` in a fresh process (``nice``d when ``spec["nice"]``)."""
+    """`worker` in a fresh process, at niceness ``spec["nice"]`` when that is above this
+    process's own (``nice -n`` adds to the caller's niceness)."""
     cmd = [sys.executable, "-m", "ptnumba_codegen.catalogue_bench", "worker", json.dumps(spec)]
-    if spec.get("nice") and shutil.which("nice"):
-        cmd = ["nice", "-n", str(spec["nice"]), *cmd]
+    increment = (spec.get("nice") or 0) - os.nice(0)
+    if increment > 0 and shutil.which("nice"):
+        cmd = ["nice", "-n", str(increment), *cmd]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         rec = mb.parse_worker_output(proc.stdout, proc.stderr, proc.returncode)
@@ -715,7 +717,7 @@ def parse_args(argv):
     p.add_argument("--status-only", action="store_true", help="one cold process per cell: build, compile, one call (no timing)")
     p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the C reference (no agreement)")
     p.add_argument("--seed", type=int, default=20240611, help="nutpie's seed")
-    p.add_argument("--nice", type=int, default=0, help="run workers under `nice -n N` (default 0: not niced)")
+    p.add_argument("--nice", type=int, default=0, help="run workers at niceness N (default 0: this process's own)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a worker is killed (default 1800)")
     p.add_argument("--workdir", default=None, help="where workers keep caches and outputs (default: a new temp dir)")
     p.add_argument("--json", metavar="FILE", default=None, help="write every record, cell and summary as JSON")

@@ -337,3 +337,23 @@ def test_cli_defaults(fake):
     assert args.backends == ["stock_fast", "policy_default"] and args.rounds == 3
     args = cb.parse_args(["--catalogue", str(fake), "--forms", "original,frozen", "--models", "all"])
     assert args.forms == ["original", "frozen"] and len(args.models) == 3
+
+
+def test_run_subprocess_nice_is_absolute(monkeypatch):
+    seen = []
+
+    class Proc:
+        stdout, stderr, returncode = "", "", 1
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        return Proc()
+
+    monkeypatch.setattr(cb.subprocess, "run", fake_run)
+    monkeypatch.setattr(cb.os, "nice", lambda inc: 5)  # this process runs at niceness 5
+    cb.run_subprocess({"nice": 10}, 5)
+    cb.run_subprocess({"nice": 3}, 5)
+    cb.run_subprocess({"nice": 0}, 5)
+    assert seen[0][:3] == ["nice", "-n", "5"]
+    assert [cmd[0] == "nice" for cmd in seen] == [True, False, False]
+    assert seen[1][1:4] == ["-m", "ptnumba_codegen.catalogue_bench", "worker"]
