@@ -449,14 +449,15 @@ class Results:
         self._agreement: dict[tuple, tuple] = {}
 
     def cell(self, form, model, backend) -> Cell:
-        return self.cells.setdefault((form, model, backend), Cell([]))
+        """The cell (an empty one, not stored, when nothing of it has run yet)."""
+        return self.cells.get((form, model, backend)) or Cell([])
 
     def add(self, rec: dict) -> None:
         key = (rec["form"], rec["model"])
         if rec.get("phase") == "ref":
             self.reference[key] = rec
             return
-        self.cell(*key, rec["backend"]).records.append(rec)
+        self.cells.setdefault((*key, rec["backend"]), Cell([])).records.append(rec)
         if rec["backend"] == REFERENCE and rec.get("ok") and rec.get("out") and key not in self.reference:
             self.reference[key] = rec
 
@@ -464,11 +465,13 @@ class Results:
     def agreement(self, form, model, backend) -> tuple[float | None, float | None]:
         """``(elementwise, normwise)`` error to C; ``(None, None)`` without both outputs."""
         key = (form, model, backend)
-        if key not in self._agreement:
+        if key not in self._agreement:  # cached once both outputs exist (the run may be under way)
             ref = self.reference.get((form, model))
             ref_out = load_outputs(ref.get("out")) if ref and ref.get("ok") else None
             out = load_outputs(self.cell(*key).outputs_path)
-            self._agreement[key] = agreement(out, ref_out) if out is not None and ref_out is not None else (None, None)
+            if out is None or ref_out is None:
+                return None, None
+            self._agreement[key] = agreement(out, ref_out)
         return self._agreement[key]
 
     def status(self, form, model, backend) -> str:

@@ -357,3 +357,21 @@ def test_run_subprocess_nice_is_absolute(monkeypatch):
     assert seen[0][:3] == ["nice", "-n", "5"]
     assert [cmd[0] == "nice" for cmd in seen] == [True, False, False]
     assert seen[1][1:4] == ["-m", "ptnumba_codegen.catalogue_bench", "worker"]
+
+
+def test_progress_reports_do_not_freeze_later_models(tmp_path):
+    """The CLI writes --json after every model: reading the results before a model has run
+    must neither create its cells nor cache its agreement as missing."""
+    seen = []
+    args = _opts(tmp_path, rounds=1)
+
+    def progress(res):
+        data = cb.to_json(res, args)
+        seen.append(sorted({c["model"] for c in data["cells"]}))
+
+    res = cb.run(args, run_one=_fake_runner([]), progress=progress)
+    assert seen == [["small"], ["large", "small"], ["large", "pfail", "small"]]
+    assert res.status("original", "large", "policy_default") == "ok"
+    assert res.agreement("original", "pfail", "stock_fast") == (0.0, 0.0)
+    assert cb.results_from_json(json.loads(json.dumps(cb.to_json(res, args), default=str))).status(
+        "original", "large", "jax").startswith("DISAGREES")
