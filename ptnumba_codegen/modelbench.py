@@ -130,8 +130,6 @@ def compile_model(model, backend: str, seed: int, *, cache: bool = False) -> Com
     code in the tree."""
     import pytensor
 
-    from ptnumba_codegen.ops import is_policy_op
-
     mode, ctx = compile_mode(backend)
     point = evaluation_point(model, seed)
     with ctx, pytensor.config.change_flags(numba__cache=cache):
@@ -142,10 +140,18 @@ def compile_model(model, backend: str, seed: int, *, cache: bool = False) -> Com
         t1 = time.perf_counter()
         call(point)
         t2 = time.perf_counter()
+    return Compiled(fn, call, point, t1 - t0, t2 - t1, policy_nodes(fn, backend))
+
+
+def policy_nodes(fn, backend: str) -> int:
+    """How many policy kernels the compiled ``fn`` has; a ``policy_*`` backend without any
+    raises (the rewrite did not reach the graph)."""
+    from ptnumba_codegen.ops import is_policy_op
+
     nodes = sum(is_policy_op(node.op) for node in fn.maker.fgraph.toposort())
     if backend.startswith("policy_") and not nodes:
         raise RuntimeError(f"{backend}: the policy rewrite did not reach the compiled graph")
-    return Compiled(fn, call, point, t1 - t0, t2 - t1, nodes)
+    return nodes
 
 
 def outputs(compiled: Compiled) -> tuple[float, np.ndarray]:

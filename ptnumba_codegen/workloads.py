@@ -271,21 +271,29 @@ def backend_mode(backend: str):
     if backend in ("stock_fast", "stock_strict"):
         ctx = pytensor.config.change_flags(numba__fastmath=(backend == "stock_fast"))
         return Mode(linker="numba", optimizer="fast_run"), ctx
-    if backend == "policy_default_1t":
-        import dataclasses
-
-        import ptnumba_codegen
-        from ptnumba_codegen.policy import Parallel
-
-        one_thread = dataclasses.replace(ptnumba_codegen.load_policy("default"), parallel=Parallel(threads=1))
-        return ptnumba_codegen.policy_mode(one_thread), contextlib.nullcontext()
     if backend.startswith("policy_"):
         import ptnumba_codegen
 
-        return ptnumba_codegen.policy_mode(backend.removeprefix("policy_")), contextlib.nullcontext()
+        return ptnumba_codegen.policy_mode(backend_policy(backend)), contextlib.nullcontext()
     if backend == "jax":
         return Mode(linker="jax", optimizer="fast_run"), contextlib.nullcontext()
     raise ValueError(f"unknown backend {backend!r}; expected one of {ALL_BACKENDS}")
+
+
+def backend_policy(backend: str):
+    """The loaded `Policy` of a ``policy_*`` backend (``policy_default_1t``: default on one
+    thread); None for the other backends."""
+    if not backend.startswith("policy_"):
+        return None
+    import ptnumba_codegen
+
+    if backend == "policy_default_1t":
+        import dataclasses
+
+        from ptnumba_codegen.policy import Parallel
+
+        return dataclasses.replace(ptnumba_codegen.load_policy("default"), parallel=Parallel(threads=1))
+    return ptnumba_codegen.load_policy(backend.removeprefix("policy_"))
 
 
 def compile_graph(inputs, output, backend: str, *, cache: bool = True):
