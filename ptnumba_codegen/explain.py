@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import re
 
-from ptnumba_codegen import allocator
-from ptnumba_codegen.analysis import output_needs
-from ptnumba_codegen.as_written_op import is_as_written
-from ptnumba_codegen.kernels import plan_node
-from ptnumba_codegen.lowering import exact_lanes
+from ptnumba_codegen.runtime import allocator
+from ptnumba_codegen.analysis.classify import output_needs
+from ptnumba_codegen.as_written.op import is_as_written
+from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.lowering.vecmath import exact_lanes
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.lowering.rules import rule_kind
-from ptnumba_codegen.ops import is_policy_op
-from ptnumba_codegen.robust import describe
+from ptnumba_codegen.backend.ops import is_policy_op
+from ptnumba_codegen.analysis.robust import describe
 
 _FLAG_RE = re.compile(r"\b(reassoc|nsz|arcp|contract|afn|nnan|ninf|fast)\b")
 _FP_RE = re.compile(r"= (?:tail )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\b")
@@ -31,7 +31,7 @@ def _fmt_flags(flags) -> str:
 
 def _inlined_lines(fgraph) -> list[str]:
     """One line per as-written copy the inline pass put back into the kernels of ``fgraph``."""
-    from ptnumba_codegen.as_written import INLINED_ATTR
+    from ptnumba_codegen.as_written.freeze import INLINED_ATTR
 
     lines = []
     for policy, label, kind, size, guards, reads in getattr(fgraph, INLINED_ATTR, ()):
@@ -56,7 +56,7 @@ def _inner_graphs(fgraph):
         if is_policy_op(node.op):
             continue
         if is_as_written(node.op):
-            from ptnumba_codegen.as_written_lowering import lowering_graph
+            from ptnumba_codegen.as_written.lowering import lowering_graph
 
             graph = lowering_graph(node.op)
             yield _as_written_label(node), graph
@@ -119,7 +119,7 @@ def explain_node(node) -> list[str]:
         plan = plan_node(node)
     except Unsupported as err:
         return [*lines, f"    FALLBACK to the stock kernel: {err}"]
-    from ptnumba_codegen.dispatch import fallback_reason
+    from ptnumba_codegen.backend.dispatch import fallback_reason
 
     failed = fallback_reason(node)  # planned, but the generator failed when numba compiled it
     if failed:
@@ -137,7 +137,7 @@ def explain_node(node) -> list[str]:
             note += f"  [only computed when {describe_formula(plan.body.lazy[k])}]"
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")
     if plan.kind == "loop" and plan.spec is not None:
-        from ptnumba_codegen.lowering.parallel import split_decision
+        from ptnumba_codegen.lowering.chunks import split_decision
 
         lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}")
     if plan.kind == "stock_loop":

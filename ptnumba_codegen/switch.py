@@ -20,7 +20,7 @@ Which policy a kernel gets (first match wins):
 
 ``enable(None)`` resolves 3-4 once, when it is called. The policy is loaded and validated
 inside ``enable``: a typo raises `PolicyError` there, before anything compiles. The
-pytest plugin (``-p ptnumba_codegen.pytest_plugin``) turns the switch on with the same
+pytest plugin (``-p ptnumba_codegen.tools.pytest_plugin``) turns the switch on with the same
 function.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pytensor.compile import optdb
 
 from ptnumba_codegen.policy import Policy, load_policy
-from ptnumba_codegen.rewrite import KERNELS, REGISTERED, TAG, set_registered_policy
+from ptnumba_codegen.passes.policy_codegen import KERNELS, REGISTERED, TAG, set_registered_policy
 
 NUMBA_TAG = "numba"
 _LOCK = threading.RLock()

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from ptnumba_codegen.analysis import analyze, relaxable_under
+from ptnumba_codegen.analysis.classify import analyze, relaxable_under
 from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
 from ptnumba_codegen.lowering.guards import branch_guards, emission_order
 from ptnumba_codegen.lowering.lazy_branches import condition_values, emit_lazily, lazy_guards
 from ptnumba_codegen.lowering.rules import plan_instr
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.policy import Policy
-from ptnumba_codegen.program import Program
+from ptnumba_codegen.analysis.program import Program
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pytensor.scalar.basic import Switch
 
-from ptnumba_codegen.program import Program
+from ptnumba_codegen.analysis.program import Program
 
 
 def _exclusive_cone(program: Program, switch_k: int, value: int) -> set[int]:

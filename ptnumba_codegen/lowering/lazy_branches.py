@@ -19,8 +19,8 @@ from __future__ import annotations
 from llvmlite import ir
 from pytensor.scalar.basic import Switch
 
-from ptnumba_codegen.analysis import is_transcendental
-from ptnumba_codegen.program import Program
+from ptnumba_codegen.analysis.classify import is_transcendental
+from ptnumba_codegen.analysis.program import Program
 
 # A formula: frozenset of terms (OR), each a frozenset of (condition value id, polarity)
 # literals (AND). ALWAYS is the formula with one empty term.

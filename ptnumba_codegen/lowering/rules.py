@@ -54,9 +54,9 @@ from ptnumba_codegen.lowering.formulas import (
     _softplus_uint,
     _uint_sign,
 )
-from ptnumba_codegen.lowering.exact_lanes import available as exact_available
-from ptnumba_codegen.lowering.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
-from ptnumba_codegen.lowering.vector_math import (
+from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
+from ptnumba_codegen.lowering.vecmath.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
+from ptnumba_codegen.lowering.vecmath.libmvec import (
     FORMULA_ULP,
     _erf_formula,
     _digamma_formula,

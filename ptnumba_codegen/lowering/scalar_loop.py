@@ -14,12 +14,12 @@ from numba.core import cgutils, types
 from pytensor.scalar.basic import Composite
 from pytensor.scalar.loop import ScalarLoop
 
-from ptnumba_codegen.analysis import sensitive_inputs
+from ptnumba_codegen.analysis.classify import sensitive_inputs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.lowering.body import emit_body, plan_body
 from ptnumba_codegen.lowering.base import Typed, cast, numba_type
 from ptnumba_codegen.lowering.rules import RULES
-from ptnumba_codegen.program import from_scalar_op
+from ptnumba_codegen.analysis.program import from_scalar_op
 
 def inner_program(op: ScalarLoop):
     comp = Composite(list(op.fgraph.inputs), list(op.fgraph.outputs))
