@@ -125,7 +125,7 @@ def explain_node(node) -> list[str]:
     if failed:
         lines.append(f"    FALLBACK to the stock kernel (at compile time): {failed}")
     kinds = [
-        getattr(e, "label", None) or rule_kind(i.op)
+        e.label or rule_kind(i.op)
         for i, e in zip(plan.body.program.instrs, plan.body.emitters, strict=True)
     ]
     width = max((len(s) for s in plan.body.program.describe()), default=0)

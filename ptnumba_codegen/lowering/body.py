@@ -31,16 +31,16 @@ class PlannedBody:
 
     @property
     def uses_vector_math(self) -> bool:
-        return any(getattr(e, "label", None) for e in self.emitters)
+        return any(e.label for e in self.emitters)
 
     @property
     def stock_keys(self) -> tuple:
         """Cache keys of the stock functions this body calls (``None`` inside: uncacheable)."""
         keys = []
         for e in self.emitters:
-            if hasattr(e, "stock_key"):
+            if e.stock_key is not None:
                 keys.append(e.stock_key)
-            keys.extend(getattr(e, "inner_stock_keys", ()))
+            keys.extend(e.inner_stock_keys)
         return tuple(keys)
 
     @property
@@ -59,15 +59,15 @@ def _lanes_where_they_pay(emitters: list) -> list:
     or faster (exp(x)*y+z under strict: 10% slower lane by lane). Same bits either way.
     A lane call that runs as exact vector code (`exact_lanes`, ``pays_alone``) pays alone,
     unless a stock call keeps the loop scalar anyway (`_vectors_where_they_pay`)."""
-    if any(getattr(e, "label", None) and not hasattr(e, "without_lanes") for e in emitters):
+    if any(e.label and e.without_lanes is None for e in emitters):
         return emitters
-    if any(getattr(e, "pays_alone", False) for e in emitters) and not _has_stock_call(emitters):
+    if any(e.pays_alone for e in emitters) and not _has_stock_call(emitters):
         return emitters
-    return [getattr(e, "without_lanes", e) for e in emitters]
+    return [e.lanes_dropped() for e in emitters]
 
 
 def _has_stock_call(emitters: list) -> bool:
-    return any(hasattr(e, "stock_key") or getattr(e, "inner_stock_keys", ()) for e in emitters)
+    return any(e.calls_stock for e in emitters)
 
 
 def _vectors_where_they_pay(emitters: list) -> list:
@@ -78,7 +78,7 @@ def _vectors_where_they_pay(emitters: list) -> list:
     gets every transcendental's scalar form (libm, within every budget)."""
     if not _has_stock_call(emitters):
         return emitters
-    return [getattr(e, "scalar_form", e) for e in emitters]
+    return [e.scalar() for e in emitters]
 
 
 def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_facts=()) -> PlannedBody:

@@ -17,7 +17,7 @@ from pytensor.scalar.loop import ScalarLoop
 from ptnumba_codegen.analysis.classify import sensitive_inputs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.lowering.body import emit_body, plan_body
-from ptnumba_codegen.lowering.base import Typed, cast, numba_type
+from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, cast, numba_type
 from ptnumba_codegen.lowering.rules import RULES
 from ptnumba_codegen.analysis.program import from_scalar_op
 
@@ -84,9 +84,8 @@ def plan_scalar_loop(t: Typed):
             outs.append(builder.load(until))
         return outs
 
-    emit.inner_stock_keys = planned.stock_keys
-    return emit
+    return Emitter(emit, inner_stock_keys=planned.stock_keys)
 
-plan_scalar_loop.kind = "scalar_loop"
-plan_scalar_loop.multi_output = True
-RULES[ScalarLoop] = plan_scalar_loop
+
+SCALAR_LOOP = Rule(plan_scalar_loop, "scalar_loop", multi_output=True)
+RULES[ScalarLoop] = SCALAR_LOOP

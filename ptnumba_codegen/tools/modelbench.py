@@ -561,12 +561,12 @@ def lowering_rows(fn, rows_at_least: int = 1) -> tuple[list[tuple], list[str], C
             per_row = size is None or size >= rows_at_least
             body = plan.body
             for instr, klass, emitter in zip(body.program.instrs, body.classes, body.emitters, strict=True):
-                label = getattr(emitter, "label", None) or ""
+                label = emitter.label or ""
                 if label.startswith("libm lanes"):  # libm's bits: lane by lane, or exact vector code
-                    how = "exact" if getattr(emitter, "pays_alone", False) else "scalar"
+                    how = "exact" if emitter.pays_alone else "scalar"
                 elif label:
                     how = "libmvec"
-                elif hasattr(emitter, "stock_key"):
+                elif emitter.stock_key is not None:
                     how = "stock"
                 else:
                     how = "scalar"

@@ -172,9 +172,11 @@ def stock_formula(name: str, t: Typed) -> Emitter | None:
         xs = [cast(context, builder, a, ty, fty) for a, ty in zip(args, t.inputs, strict=True)]
         return [cast(context, builder, formula(LaneMath(builder, dtype), *xs), fty, t.outputs[0])]
 
-    emit.label = f"libm lanes {', '.join(needs)} ({dtype})"
-    emit.pays_alone = all(exact_available(LIBM[n][1], dtype) for n in needs)
-    return emit
+    return Emitter(
+        emit,
+        label=f"libm lanes {', '.join(needs)} ({dtype})",
+        pays_alone=all(exact_available(LIBM[n][1], dtype) for n in needs),
+    )
 
 
 __all__ = ["LIBM", "STOCK_FORMULAS", "LaneMath", "lane_call", "lane_dtype", "stock_formula"]

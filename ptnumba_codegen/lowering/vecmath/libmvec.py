@@ -29,6 +29,7 @@ its remainder) does not vectorize.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from functools import cache
 
@@ -37,7 +38,7 @@ import numpy as np
 from llvmlite import ir
 from numba.core import types
 
-from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
+from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, cast, numba_type
 
 LIBMVEC = "libmvec.so.1"
 ISA_BITS = {"d": 256, "e": 512}
@@ -299,7 +300,7 @@ def emit_vector(context, builder, name, dtype, args):
 
 
 def vector_form(
-    scalar_rule, needs: tuple[str, ...], bound: float | None, formula, int_inputs: bool = False, exact=None
+    scalar_rule: Rule, needs: tuple[str, ...], bound: float | None, formula, int_inputs: bool = False, exact=None
 ):
     """Use ``formula(vm, x...)`` on libmvec calls when the policy allows, else ``scalar_rule``
     (or ``exact(t)``, an emitter with the scalar rule's bits, where it gives one: stock's
@@ -323,8 +324,7 @@ def vector_form(
             lanes = exact and exact(t)
             if not lanes:
                 return scalar_rule(t)
-            lanes.without_lanes = scalar_rule(t)
-            return lanes
+            return dataclasses.replace(lanes, without_lanes=scalar_rule(t))
         fty = numba_type(dtype)
 
         def emit(context, builder, args, flags):
@@ -333,12 +333,13 @@ def vector_form(
             return [cast(context, builder, res, fty, t.outputs[0])]
 
         own = all(own_function(n) is not None for n in needs)
-        emit.label = f"{'vector' if own else 'libmvec formula using'} {', '.join(needs)} ({dtype})"
-        emit.scalar_form = scalar_rule(t)  # for loops that cannot vectorize (body._vectors_where_they_pay)
-        return emit
+        return Emitter(
+            emit,
+            label=f"{'vector' if own else 'libmvec formula using'} {', '.join(needs)} ({dtype})",
+            scalar_form=scalar_rule(t),  # for loops that cannot vectorize (body._vectors_where_they_pay)
+        )
 
-    plan.kind = f"{scalar_rule.kind} | vector formula"
-    return plan
+    return Rule(plan, f"{scalar_rule.kind} | vector formula")
 
 
 class VectorMath:
