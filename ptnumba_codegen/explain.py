@@ -48,7 +48,7 @@ def _inlined_lines(fgraph) -> list[str]:
     return lines
 
 
-def _inner_graphs(fgraph):
+def inner_graphs(fgraph):
     """(label, fgraph) for the function graph and every inner graph (Scan, OpFromGraph,
     AsWritten: the graph it is compiled from)."""
     yield "", fgraph
@@ -63,7 +63,7 @@ def _inner_graphs(fgraph):
             continue
         inner = getattr(node.op, "fgraph", None)
         if inner is not None and hasattr(inner, "toposort"):
-            for label, sub in _inner_graphs(inner):
+            for label, sub in inner_graphs(inner):
                 yield f"{type(node.op).__name__} inner graph{' / ' + label if label else ''}", sub
 
 
@@ -172,7 +172,7 @@ def explain(fn, ir: bool = False) -> str:
     fgraph = fn.maker.fgraph
     out = []
     counts = {"kernels": 0, "fallbacks": 0, "as_written": 0}
-    for label, graph in _inner_graphs(fgraph):
+    for label, graph in inner_graphs(fgraph):
         nodes = [n for n in graph.toposort() if is_policy_op(n.op)]
         copy = label.startswith("as-written")
         counts["as_written"] += copy

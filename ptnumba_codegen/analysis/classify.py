@@ -29,6 +29,7 @@ from pytensor.scalar.loop import ScalarLoop
 
 from ptnumba_codegen.flags import ARITHMETIC, COMPARISON_SENSITIVE, REDUCTION, TRANSCENDENTAL
 from ptnumba_codegen.analysis.program import Instr, Program
+from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.analysis.robust import (
     DECISION_COMPARISONS,
     EXACT,
@@ -95,16 +96,9 @@ TRANSCENDENTAL_OPS: frozenset[type] = frozenset(
 )  # fmt: skip
 
 
-def _lookup(table, op):
-    for cls in type(op).__mro__:
-        if cls in table:
-            return table[cls]
-    return False
-
-
 def decision_inputs(instr: Instr, dtypes) -> tuple[int, ...]:
     """Value ids whose exact value decides this instruction's result (may be empty)."""
-    rule = _lookup(DECISION_INPUTS, instr.op)
+    rule = mro_lookup(DECISION_INPUTS, instr.op, False)
     if rule is False:
         return ()
     if callable(rule):
@@ -115,14 +109,14 @@ def decision_inputs(instr: Instr, dtypes) -> tuple[int, ...]:
 
 
 def is_decision(instr: Instr, dtypes) -> bool:
-    rule = _lookup(DECISION_INPUTS, instr.op)
+    rule = mro_lookup(DECISION_INPUTS, instr.op, False)
     if callable(rule):
         return rule(instr, dtypes) != ()
     return rule is not False
 
 
 def is_transcendental(op) -> bool:
-    if _lookup({c: True for c in TRANSCENDENTAL_OPS}, op):
+    if mro_lookup({c: True for c in TRANSCENDENTAL_OPS}, op, False):
         return True
     spec = getattr(op, "nfunc_spec", None)
     return bool(spec) and str(spec[0]).startswith("scipy.special.")

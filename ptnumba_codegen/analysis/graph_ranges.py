@@ -23,6 +23,7 @@ from pytensor.tensor.shape import Reshape, SpecifyShape
 
 from ptnumba_codegen.analysis.kernel_programs import kernel_program
 from ptnumba_codegen.analysis.ranges import UNKNOWN, Reduced, program_ranges, reduced_range
+from ptnumba_codegen.tables import mro_lookup
 
 # Ops whose output holds only values of their first input (views, copies, gathers): the
 # interval passes on. (DimShuffle also carries a reduction's relation, below.)
@@ -59,10 +60,7 @@ class NodeFacts:
 
 
 def _kind(scalar_op) -> str:
-    for cls in type(scalar_op).__mro__:
-        if cls in REDUCER_KINDS:
-            return REDUCER_KINDS[cls]
-    return type(scalar_op).__name__
+    return mro_lookup(REDUCER_KINDS, scalar_op, type(scalar_op).__name__)
 
 
 def _length(inputs, axis: int) -> int | None:

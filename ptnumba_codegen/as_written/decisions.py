@@ -44,6 +44,7 @@ from ptnumba_codegen.analysis.classify import ALL, DECISION_INPUTS, sensitive_in
 from ptnumba_codegen.as_written.op import AsWritten
 from ptnumba_codegen.analysis.whole_graph import TRANSPARENT_OPS
 from ptnumba_codegen.analysis.program import from_scalar_op
+from ptnumba_codegen.tables import mro_lookup
 
 
 def is_float(var) -> bool:
@@ -59,7 +60,7 @@ def _scalar_program_decides(scalar_op, in_dtypes, out_dtypes) -> tuple[int, ...]
     try:
         program = from_scalar_op(scalar_op, in_dtypes, out_dtypes)
     except Exception:  # an op the program builder does not know: decide by its class
-        rule = next((DECISION_INPUTS[c] for c in type(scalar_op).__mro__ if c in DECISION_INPUTS), None)
+        rule = mro_lookup(DECISION_INPUTS, scalar_op)
         return tuple(range(len(in_dtypes))) if rule is not None else ()
     return tuple(sorted(sensitive_inputs(program)))
 
@@ -132,13 +133,6 @@ FREEZE_INPUTS = {
 INNER_GRAPH_OPS = (OpFromGraph, Scan)
 
 
-def _lookup(table, op):
-    for cls in type(op).__mro__:
-        if cls in table:
-            return table[cls]
-    return None
-
-
 def decision_rule(node) -> tuple[str, tuple[int, ...]] | None:
     """``("node" | "inputs", decision input positions)`` for a deciding node, else None.
 
@@ -150,7 +144,7 @@ def decision_rule(node) -> tuple[str, tuple[int, ...]] | None:
         probe = op._create_dummy_core_node(node.inputs)
         op = op.core_op
     for kind, table in (("node", FREEZE_NODE), ("inputs", FREEZE_INPUTS)):
-        rule = _lookup(table, op)
+        rule = mro_lookup(table, op)
         if rule is not None:
             positions = rule(probe)
             return (kind, tuple(positions)) if positions else None
@@ -229,7 +223,7 @@ def _exact(node) -> bool:
         return True
     if isinstance(op, Elemwise) and isinstance(op.scalar_op, Composite):
         return False
-    rule = _lookup(FREEZE_NODE, op)
+    rule = mro_lookup(FREEZE_NODE, op)
     return rule is not None and bool(rule(node))
 
 
@@ -275,5 +269,5 @@ def leaf_reason(var) -> str | None:
         return "updates an input in place"
     if not all(hasattr(o.type, "dtype") for o in node.outputs):
         return "has an output that is not a tensor or scalar (a generator, list, ...)"
-    rule = _lookup(LEAF_RULES, node.op)
+    rule = mro_lookup(LEAF_RULES, node.op)
     return rule(node) if rule is not None else None

@@ -31,6 +31,7 @@ from ptnumba_codegen.lowering.base import Unsupported, numba_type
 from ptnumba_codegen.backend.ops import stock_op, with_policy
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.analysis.program import Program, from_scalar_op
+from ptnumba_codegen.tables import mro_lookup
 
 # scalar op of a reduction -> the accumulator rule of the loop emitter
 REDUCERS: dict[type, str] = {
@@ -284,10 +285,7 @@ PLANNERS: dict[type, object] = {
 
 
 def planner_for(op):
-    for cls in type(op).__mro__:
-        if cls in PLANNERS:
-            return PLANNERS[cls]
-    return None
+    return mro_lookup(PLANNERS, op)
 
 
 def plan_node(node) -> KernelPlan:

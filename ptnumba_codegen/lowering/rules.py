@@ -36,9 +36,11 @@ from numba.np.math import mathimpl
 from numba.np.numpy_support import ufunc_find_matching_loop
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
+from pytensor.scalar.loop import ScalarLoop
 
 from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
+from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.lowering.formulas import (
     _floor_divide_float,
     _around,
@@ -59,15 +61,15 @@ from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_avai
 from ptnumba_codegen.lowering.vecmath.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
 from ptnumba_codegen.lowering.vecmath.libmvec import (
     FORMULA_ULP,
-    _erf_formula,
-    _digamma_formula,
-    _erfc_formula,
-    _lgamma_formula,
-    _log1mexp_formula,
-    _pow_formula,
-    _sigmoid_formula,
-    _softplus_formula,
-    _trigamma_formula,
+    erf_formula,
+    digamma_formula,
+    erfc_formula,
+    lgamma_formula,
+    log1mexp_formula,
+    pow_formula,
+    sigmoid_formula,
+    softplus_formula,
+    trigamma_formula,
     emit_vector,
     vector_dtype,
     vector_form,
@@ -355,6 +357,14 @@ def _stock_plan(t: Typed) -> Emitter:
 _stock = Rule(_stock_plan, "stock")
 
 
+def _scalar_loop(t: Typed) -> Emitter:
+    """A ScalarLoop, emitted inline; its inner graph is planned like a kernel body (see
+    `scalar_loop`, imported here when used: it plans its body with `body`, which uses this table)."""
+    from ptnumba_codegen.lowering.scalar_loop import plan_scalar_loop
+
+    return plan_scalar_loop(t)
+
+
 def _lanes(name: str) -> Callable[[Typed], Emitter | None]:
     """Stock's formula ``name`` on lane calls (`lane_calls.STOCK_FORMULAS`), where it applies."""
     return lambda t: stock_formula(name, t)
@@ -395,7 +405,7 @@ RULES: dict[type, Rule] = {
         _pick(
             {
                 "int": python(_pow, force_strict=_int_exponent),
-                "float": vector_form(python(_pow), ("pow",), None, _pow_formula),
+                "float": vector_form(python(_pow), ("pow",), None, pow_formula),
             },
             lambda t: "int" if _int_exponent(t) else "float",
         ),
@@ -419,7 +429,7 @@ RULES: dict[type, Rule] = {
             {
                 "uint": python(None, for_input=_sigmoid_uint),
                 "other": vector_form(
-                    python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], _sigmoid_formula, exact=_lanes("sigmoid")
+                    python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], sigmoid_formula, exact=_lanes("sigmoid")
                 ),
             },
             lambda t: "uint" if _is_uint(t) else "other",
@@ -430,20 +440,21 @@ RULES: dict[type, Rule] = {
             {
                 "uint": python(None, for_input=_softplus_uint),
                 "other": vector_form(
-                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], _softplus_formula, exact=_lanes("softplus")
+                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], softplus_formula, exact=_lanes("softplus")
                 ),
             },
             lambda t: "uint" if _is_uint(t) else "other",
         )
     ),
     psm.Log1mexp: in_output_dtype(
-        vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula)
+        vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], log1mexp_formula)
     ),
-    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula, int_inputs=True),
-    psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula, int_inputs=True),
-    psm.TriGamma: vector_form(_stock, ("trigamma",), None, _trigamma_formula, int_inputs=True),
-    psm.Erf: vector_form(python(_erf), ("erf",), None, _erf_formula),
-    psm.Erfc: vector_form(python(_erfc), ("erfc",), None, _erfc_formula),
+    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, lgamma_formula, int_inputs=True),
+    psm.Psi: vector_form(_stock, ("digamma",), None, digamma_formula, int_inputs=True),
+    psm.TriGamma: vector_form(_stock, ("trigamma",), None, trigamma_formula, int_inputs=True),
+    psm.Erf: vector_form(python(_erf), ("erf",), None, erf_formula),
+    psm.Erfc: vector_form(python(_erfc), ("erfc",), None, erfc_formula),
+    ScalarLoop: Rule(_scalar_loop, "scalar_loop", multi_output=True),
 }
 
 def stock_call(op):
@@ -492,9 +503,9 @@ def stock_call(op):
 def find_rule(op) -> Rule:
     """The rule for ``op``: a RULES row (by class MRO), its numpy ``nfunc_spec`` ufunc, or
     a call of the stock backend's function for it."""
-    for cls in type(op).__mro__:
-        if cls in RULES:
-            return RULES[cls]
+    rule = mro_lookup(RULES, op)
+    if rule is not None:
+        return rule
     spec = getattr(op, "nfunc_spec", None)
     if spec and "." not in spec[0]:
         np_func = getattr(np, spec[0], None)

@@ -17,8 +17,7 @@ from pytensor.scalar.loop import ScalarLoop
 from ptnumba_codegen.analysis.classify import sensitive_inputs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.lowering.body import emit_body, plan_body
-from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, cast, numba_type
-from ptnumba_codegen.lowering.rules import RULES
+from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 from ptnumba_codegen.analysis.program import from_scalar_op
 
 def inner_program(op: ScalarLoop):
@@ -85,7 +84,3 @@ def plan_scalar_loop(t: Typed):
         return outs
 
     return Emitter(emit, inner_stock_keys=planned.stock_keys)
-
-
-SCALAR_LOOP = Rule(plan_scalar_loop, "scalar_loop", multi_output=True)
-RULES[ScalarLoop] = SCALAR_LOOP

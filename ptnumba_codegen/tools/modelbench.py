@@ -539,13 +539,13 @@ def lowering_rows(fn, rows_at_least: int = 1) -> tuple[list[tuple], list[str], C
     Also the nodes that fell back to the stock kernel, and a count of the nodes the
     generator does not own (views and shape bookkeeping left out)."""
     from ptnumba_codegen.analysis.classify import is_transcendental
-    from ptnumba_codegen.explain import _inner_graphs
+    from ptnumba_codegen.explain import inner_graphs
     from ptnumba_codegen.backend.plans import plan_node
     from ptnumba_codegen.lowering.base import Unsupported
     from ptnumba_codegen.backend.ops import is_policy_op
 
     rows, fallbacks, others = [], [], Counter()
-    for _, graph in _inner_graphs(fn.maker.fgraph):
+    for _, graph in inner_graphs(fn.maker.fgraph):
         for node in graph.toposort():
             if not is_policy_op(node.op):
                 name = type(node.op).__name__

@@ -33,7 +33,7 @@ import numpy as np
 from llvmlite import ir
 
 from ptnumba_codegen.lowering.vecmath.libm_data import ExpData, glibc_exp_data
-from ptnumba_codegen.lowering.vecmath.libmvec import _keep_alive, _lanes, _pure, _target_features, target_isa
+from ptnumba_codegen.lowering.vecmath.isa import keep_alive, lane_count, mark_pure, target_features, target_isa
 
 ENV = "PTNUMBA_CODEGEN_EXACT_LANES"
 ENV_VALUES = ("on", "off")
@@ -173,7 +173,7 @@ def vector_function(module: ir.Module, name: str, ety, lanes: int) -> tuple[ir.F
     vty = ir.VectorType(ety, lanes)
     fn = ir.Function(module, ir.FunctionType(vty, [vty]), name)
     fn.linkage = "linkonce_odr"
-    _pure(fn)
+    mark_pure(fn)
     return fn, True
 
 
@@ -219,7 +219,7 @@ def _run_compiled(symbol: str, lanes: int, data, xs: np.ndarray) -> np.ndarray:
     llb.initialize_native_asmprinter()
     mod = llb.parse_assembly(str(module))
     mod.verify()
-    features = ",".join(sorted(_target_features()))
+    features = ",".join(sorted(target_features()))
     tm = llb.Target.from_default_triple().create_target_machine(cpu=llb.get_host_cpu_name(), features=features, opt=2)
     engine = llb.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
@@ -284,7 +284,7 @@ def exact_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Functio
         return None
     fn, new = define_variant(module, symbol, lanes, EXACT_LANES[symbol].data())
     if new:
-        _keep_alive(module, fn)
+        keep_alive(module, fn)
     return fn
 
 
@@ -305,7 +305,7 @@ def available(symbol: str, dtype: str) -> bool:
     isa = target_isa()
     if dtype != "float64" or isa is None or symbol not in EXACT_LANES:
         return False
-    return status(symbol, _lanes(isa, dtype))[0]
+    return status(symbol, lane_count(isa, dtype))[0]
 
 
 __all__ = ["ENV", "EXACT_LANES", "available", "cache_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status", "vector_function"]

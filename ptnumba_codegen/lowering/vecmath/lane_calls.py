@@ -35,7 +35,7 @@ from numba.core import types
 from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
 from ptnumba_codegen.lowering.vecmath.exact_lanes import exact_variant, lane_by_lane, vector_function
-from ptnumba_codegen.lowering.vecmath.libmvec import ISA_BITS, _keep_alive, _lanes, _pure, target_isa
+from ptnumba_codegen.lowering.vecmath.isa import ISA_BITS, keep_alive, lane_count, mark_pure, target_isa
 
 # rule-table name -> (float32 symbol, float64 symbol) of the libm function stock calls
 LIBM: dict[str, tuple[str, str]] = {
@@ -83,7 +83,7 @@ def _lanes_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Functi
         return fn
     b = ir.IRBuilder(fn.append_basic_block())
     b.ret(lane_by_lane(b, _libm(module, symbol, fty), fn.args[0]))
-    _keep_alive(module, fn)
+    keep_alive(module, fn)
     return fn
 
 
@@ -93,7 +93,7 @@ def lane_call(builder: ir.IRBuilder, name: str, x, dtype: str) -> ir.Value:
     module = builder.module
     fty = _fty(dtype)
     symbol = LIBM[name][dtype == "float64"]
-    lanes = _lanes(isa, dtype)
+    lanes = lane_count(isa, dtype)
     variant = _lanes_variant(module, symbol, fty, lanes)
     wname = f"ptnumba_libm_{symbol}"
     wrapper = module.globals.get(wname)
@@ -101,7 +101,7 @@ def lane_call(builder: ir.IRBuilder, name: str, x, dtype: str) -> ir.Value:
         wrapper = ir.Function(module, ir.FunctionType(fty, [fty]), wname)
         wrapper.linkage = "linkonce_odr"
         wrapper.attributes.add("noinline")  # inlined, the call would lose its variant
-        _pure(wrapper)
+        mark_pure(wrapper)
         b = ir.IRBuilder(wrapper.append_basic_block())
         b.ret(b.call(_libm(module, symbol, fty), [wrapper.args[0]]))
     attrs = builder.function.attributes

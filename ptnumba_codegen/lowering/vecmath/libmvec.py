@@ -39,9 +39,9 @@ from llvmlite import ir
 from numba.core import types
 
 from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, cast, numba_type
+from ptnumba_codegen.lowering.vecmath.isa import ISA_BITS, keep_alive, lane_count, mark_pure, target_features, target_isa  # noqa: F401
 
 LIBMVEC = "libmvec.so.1"
-ISA_BITS = {"d": 256, "e": 512}
 
 # name -> (number of arguments, {dtype: max ulp error of the variant}). The bounds are the
 # measured maxima vs mpmath over both ISAs (tests/test_vector_math.py re-measures them);
@@ -83,33 +83,11 @@ def libmvec_loaded() -> bool:
     return True
 
 
-def _target_features() -> set[str]:
-    from numba.core import config
-    from numba.core.codegen import get_host_cpu_features
-
-    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
-    return set(features.split(","))
-
-
-def target_isa() -> str | None:
-    """libmvec ISA letter for numba's JIT target: 'e' (AVX-512), 'd' (AVX2) or None."""
-    features = _target_features()
-    if "+avx512f" in features:
-        return "e"
-    if "+avx2" in features:
-        return "d"
-    return None
-
-
-def _lanes(isa: str, dtype: str) -> int:
-    return ISA_BITS[isa] // (32 if dtype == "float32" else 64)
-
-
 def variant_name(name: str, dtype: str, isa: str) -> str:
     nargs = VECTOR_FUNCS[name][0]
     if own_function(name) is not None:
-        return f"ptnumba_v{_lanes(isa, dtype)}_{name}{'f' if dtype == 'float32' else ''}_{isa}"
-    return f"_ZGV{isa}N{_lanes(isa, dtype)}{'v' * nargs}_{name}{'f' if dtype == 'float32' else ''}"
+        return f"ptnumba_v{lane_count(isa, dtype)}_{name}{'f' if dtype == 'float32' else ''}_{isa}"
+    return f"_ZGV{isa}N{lane_count(isa, dtype)}{'v' * nargs}_{name}{'f' if dtype == 'float32' else ''}"
 
 
 @cache
@@ -134,31 +112,8 @@ def vector_call_available(name: str, dtype: str) -> bool:
     if isa is None:
         return False
     if own_function(name) is not None:
-        return "+fma" in _target_features()
+        return "+fma" in target_features()
     return libmvec_loaded() and _symbol_exists(variant_name(name, dtype, isa))
-
-
-def _pure(fn: ir.Function):
-    # llvmlite whitelists attribute names; the underlying set accepts any (LLVM 22 prints
-    # readnone as memory(none)).
-    for attr in ("nounwind", "readnone", "willreturn"):
-        set.add(fn.attributes, attr)
-
-
-def _keep_alive(module: ir.Module, fn: ir.Function):
-    """Append ``fn`` to ``@llvm.compiler.used`` so its declaration survives until vectorization."""
-    ptr = ir.IntType(8).as_pointer()
-    old = module.globals.get("llvm.compiler.used")
-    elems = list(old.initializer.constant) if old is not None else []
-    if old is not None:
-        del module.globals["llvm.compiler.used"]
-        module.scope._useset.discard("llvm.compiler.used")
-    elems.append(fn.bitcast(ptr))
-    arr = ir.ArrayType(ptr, len(elems))
-    gv = ir.GlobalVariable(module, arr, "llvm.compiler.used")
-    gv.linkage = "appending"
-    gv.section = "llvm.metadata"
-    gv.initializer = ir.Constant(arr, elems)
 
 
 def _variant(module: ir.Module, name: str, dtype: str, vname: str, lanes: int) -> ir.Function:
@@ -174,8 +129,8 @@ def _variant(module: ir.Module, name: str, dtype: str, vname: str, lanes: int) -
             vfn.linkage = "linkonce_odr"
             vfn.attributes.add("alwaysinline")  # numba inlines again after vectorizing
             body(vfn, dtype)
-        _pure(vfn)
-        _keep_alive(module, vfn)
+        mark_pure(vfn)
+        keep_alive(module, vfn)
     return vfn
 
 
@@ -184,7 +139,7 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
     isa = target_isa()
     module = builder.module
     fty = ir.FloatType() if dtype == "float32" else ir.DoubleType()
-    lanes = _lanes(isa, dtype)
+    lanes = lane_count(isa, dtype)
     vty = ir.VectorType(fty, lanes)
     nargs = VECTOR_FUNCS[name][0]
 
@@ -198,7 +153,7 @@ def vector_call(builder: ir.IRBuilder, name: str, args, dtype: str) -> ir.Value:
         sfn = ir.Function(module, ir.FunctionType(fty, [fty] * nargs), sname)
         sfn.linkage = "linkonce_odr"  # not internal: the linker would rename duplicates
         sfn.attributes.add("noinline")
-        _pure(sfn)
+        mark_pure(sfn)
         b = ir.IRBuilder(sfn.append_basic_block())
         # libmvec's variant on a splat; the package's own function in one lane: its formula
         # has no fast-math flags, so one lane gives the bits of any lane of any width
@@ -364,12 +319,12 @@ class VectorMath:
         return self.b.select(c, a, b)
 
 
-def _sigmoid_formula(m: VectorMath, x):
+def sigmoid_formula(m: VectorMath, x):
     b = m.b
     return b.fdiv(m.const(1.0), b.fadd(m.const(1.0), m.call("exp", b.fneg(x))))
 
 
-def _softplus_formula(m: VectorMath, x):
+def softplus_formula(m: VectorMath, x):
     # max(x, 0) + log1p(exp(-|x|)): no overflow, no branch; NaN propagates via the log1p term
     b = m.b
     pos = m.select(b.fcmp_ordered(">", x, m.const(0.0)), x, m.const(0.0))
@@ -377,7 +332,7 @@ def _softplus_formula(m: VectorMath, x):
     return m.select(b.fcmp_unordered("uno", x, x), x, res)  # stock returns a NaN input as is
 
 
-def _log1mexp_formula(m: VectorMath, x):
+def log1mexp_formula(m: VectorMath, x):
     # stock: x < log(0.5) ? log1p(-exp(x)) : log(-expm1(x)); dropped lanes get -1.0
     b = m.b
     small = b.fcmp_ordered("<", x, m.const(np.log(0.5)))
@@ -388,27 +343,27 @@ def _log1mexp_formula(m: VectorMath, x):
     return m.select(small, a, c)
 
 
-def _erf_formula(m: VectorMath, x):
+def erf_formula(m: VectorMath, x):
     return m.call("erf", x)
 
 
-def _erfc_formula(m: VectorMath, x):
+def erfc_formula(m: VectorMath, x):
     return m.call("erfc", x)
 
 
-def _pow_formula(m: VectorMath, x, y):
+def pow_formula(m: VectorMath, x, y):
     return m.call("pow", x, y)
 
 
-def _lgamma_formula(m: VectorMath, x):
+def lgamma_formula(m: VectorMath, x):
     return m.call("lgamma", x)
 
 
-def _digamma_formula(m: VectorMath, x):
+def digamma_formula(m: VectorMath, x):
     return m.call("digamma", x)
 
 
-def _trigamma_formula(m: VectorMath, x):
+def trigamma_formula(m: VectorMath, x):
     return m.call("trigamma", x)
 
 
