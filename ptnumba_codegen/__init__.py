@@ -12,7 +12,8 @@ Importing the package registers the ``policy_codegen`` rewrites and the numba di
 
 from ptnumba_codegen._version import GENERATOR_VERSION, __version__
 from ptnumba_codegen.policy import ENV_VAR, Policy, PolicyError, load_policy
-from ptnumba_codegen.passes.policy_codegen import TAG, PolicyCodegen, policy_mode
+from ptnumba_codegen.modes import policy_mode
+from ptnumba_codegen.passes.policy_codegen import TAG, PolicyCodegen
 
 import ptnumba_codegen.backend.dispatch  # noqa: E402, F401  (registers the numba lowering)
 import ptnumba_codegen.as_written.lowering  # noqa: E402, F401  (registers AsWritten's lowering)

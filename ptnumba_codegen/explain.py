@@ -25,6 +25,33 @@ _FLAG_RE = re.compile(r"\b(reassoc|nsz|arcp|contract|afn|nnan|ninf|fast)\b")
 _FP_RE = re.compile(r"= (?:tail )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\b")
 
 
+def _threads_note(op, plan) -> list[str]:
+    if plan.spec is None:
+        return []
+    from ptnumba_codegen.lowering.chunks import split_decision
+
+    return [f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}"]
+
+
+def _stock_loop_note(op, plan) -> list[str]:
+    return ["    loop: the stock indexed loop around this core (gathers/scatter-adds)"]
+
+
+def _parts_note(op, plan) -> list[str]:
+    parts = ", ".join(
+        f"{type(n.op).__name__}{' (policy)' if hasattr(n.op, 'policy') else ''}" for n in plan.stock_op.toposort()
+    )
+    return [f"    lowered as its parts (indexed_split: the body calls vector functions): {parts}"]
+
+
+def _no_note(op, plan) -> list[str]:
+    return []
+
+
+# KernelPlan.kind -> the lines explain adds about how the kernel runs
+PLAN_NOTES = {"loop": _threads_note, "stock_loop": _stock_loop_note, "split": _parts_note}
+
+
 def _fmt_flags(flags) -> str:
     return "{" + ", ".join(flags) + "}" if flags else "{} (strict)"
 
@@ -136,17 +163,7 @@ def explain_node(node) -> list[str]:
         if k in plan.body.lazy:
             note += f"  [only computed when {describe_formula(plan.body.lazy[k])}]"
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")
-    if plan.kind == "loop" and plan.spec is not None:
-        from ptnumba_codegen.lowering.chunks import split_decision
-
-        lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}")
-    if plan.kind == "stock_loop":
-        lines.append("    loop: the stock indexed loop around this core (gathers/scatter-adds)")
-    if plan.kind == "split":
-        parts = ", ".join(
-            f"{type(n.op).__name__}{' (policy)' if hasattr(n.op, 'policy') else ''}" for n in plan.stock_op.toposort()
-        )
-        lines.append(f"    lowered as its parts (indexed_split: the body calls vector functions): {parts}")
+    lines.extend(PLAN_NOTES.get(plan.kind, _no_note)(op, plan))
     if plan.spec is not None and plan.spec.reduces:
         for i, red in enumerate(plan.spec.reduces):
             if red is not None:

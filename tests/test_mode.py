@@ -24,7 +24,7 @@ def elemwise_nodes(fn):
 
 
 def test_tag_is_only_policy_codegen():
-    from ptnumba_codegen.passes.policy_codegen import AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME
+    from ptnumba_codegen.modes import AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME
 
     ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten"}
     assert set(optdb.__db__["policy_codegen"]) == {optdb[name] for name in ours}

@@ -104,11 +104,11 @@ def split_kernel(op, node, plan: KernelPlan, **kwargs):
     return fn, None if key is None else cache_key("split", fast, op.policy.digest, key)
 
 
-def build(node, plan: KernelPlan, **kwargs):
-    name = f"policy_{type(node.op).stock_class.__name__.lower()}"
-    fallback = compile_fallback(node.op, node, **kwargs)
-    if plan.kind == "scalar":
-        return build_scalar_kernel(plan.body, perform_impl(node), name=name, fallback=fallback)
+def _scalar_kernel(node, plan: KernelPlan, name: str, fallback):
+    return build_scalar_kernel(plan.body, perform_impl(node), name=name, fallback=fallback)
+
+
+def _loop_kernel(node, plan: KernelPlan, name: str, fallback):
     return build_kernel(
         plan.spec,
         plan.body,
@@ -121,15 +121,18 @@ def build(node, plan: KernelPlan, **kwargs):
     )
 
 
-def funcify_policy_node(op, node, **kwargs):
-    try:
-        plan = plan_node(node)
-    except Unsupported as err:
-        return stock_fallback(op, node, str(err), **kwargs)
-    if plan.kind == "stock_loop":
-        return stock_loop(op, node, plan, **kwargs)
-    if plan.kind == "split":
-        return split_kernel(op, node, plan, **kwargs)
+# the generator's own kernels: KernelPlan.kind -> its builder
+BUILDERS = {"scalar": _scalar_kernel, "loop": _loop_kernel}
+
+
+def build(node, plan: KernelPlan, **kwargs):
+    name = f"policy_{type(node.op).stock_class.__name__.lower()}"
+    fallback = compile_fallback(node.op, node, **kwargs)
+    return BUILDERS[plan.kind](node, plan, name, fallback)
+
+
+def own_kernel(op, node, plan: KernelPlan, **kwargs):
+    """A kernel the generator builds ("loop", "scalar"), with its cache key."""
     stock_keys = plan.body.stock_keys
     if any(k is None for k, _fast in stock_keys):
         key = None  # a stock function inside is uncacheable, so is the kernel (as in stock)
@@ -148,6 +151,23 @@ def funcify_policy_node(op, node, **kwargs):
         op.yields_to,
     )
     return build(node, plan, **kwargs), key
+
+
+# KernelPlan.kind -> (op, node, plan, **kwargs) -> (function, cache key)
+FUNCIFY = {
+    "loop": own_kernel,
+    "scalar": own_kernel,
+    "stock_loop": stock_loop,
+    "split": split_kernel,
+}
+
+
+def funcify_policy_node(op, node, **kwargs):
+    try:
+        plan = plan_node(node)
+    except Unsupported as err:
+        return stock_fallback(op, node, str(err), **kwargs)
+    return FUNCIFY[plan.kind](op, node, plan, **kwargs)
 
 
 def register_policy_class(cls):

@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from math import comb
 
 import numpy as np
-from pytensor.scalar import basic as ps
 from pytensor.scalar.basic import ScalarOp, ScalarType
 from pytensor.tensor.elemwise import CAReduce, Elemwise
-from pytensor.tensor.math import MulWithoutZeros
 from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwise
 
@@ -22,31 +20,16 @@ from ptnumba_codegen.analysis.classify import output_needs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
 from ptnumba_codegen.analysis.whole_graph import DECIDING_REDUCERS
 from ptnumba_codegen.backend.indexed_parts import indexed, split_graph, splits
-from ptnumba_codegen.analysis.kernel_programs import inner_careduce, inner_elemwise
+from ptnumba_codegen.analysis.kernel_programs import inner_careduce, inner_elemwise, node_program
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
-from ptnumba_codegen.lowering.loop import LoopSpec, Reduce, stock_order_slots
+from ptnumba_codegen.lowering.loop import SCALAR_REDUCERS, LoopSpec, Reduce, stock_order_slots
 from ptnumba_codegen.lowering.visit_order import MAX_STOCK_LOOPS
 from ptnumba_codegen.lowering.base import Unsupported, numba_type
 from ptnumba_codegen.backend.ops import stock_op, with_policy
 from ptnumba_codegen.policy import Policy
-from ptnumba_codegen.analysis.program import Program, from_scalar_op
+from ptnumba_codegen.analysis.program import Program
 from ptnumba_codegen.tables import mro_lookup
-
-# scalar op of a reduction -> the accumulator rule of the loop emitter
-REDUCERS: dict[type, str] = {
-    ps.Add: "Add",
-    ps.Mul: "Mul",
-    MulWithoutZeros: "MulWithoutZeros",
-    ps.Maximum: "Maximum",
-    ps.ScalarMaximum: "Maximum",
-    ps.Minimum: "Minimum",
-    ps.ScalarMinimum: "Minimum",
-    ps.AND: "AND",
-    ps.OR: "OR",
-    ps.XOR: "XOR",
-}
-
 
 @dataclass(frozen=True)
 class KernelPlan:
@@ -59,7 +42,7 @@ class KernelPlan:
 
 
 def _reducer(scalar_op) -> str:
-    name = REDUCERS.get(type(scalar_op))
+    name = SCALAR_REDUCERS.get(type(scalar_op))
     if name is None:
         raise Unsupported(f"reduction with {type(scalar_op).__name__} is not supported by the generator")
     return name
@@ -108,10 +91,7 @@ def static_size(shape) -> int | None:
 
 def plan_elemwise(node) -> KernelPlan:
     op = node.op
-    program = from_scalar_op(
-        op.scalar_op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs]
-    )
-    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
+    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts)
     spec = LoopSpec(
         ndim=node.outputs[0].type.ndim,
         input_bc=tuple(i.type.broadcastable for i in node.inputs),
@@ -134,11 +114,7 @@ def plan_indexed_fused(node) -> KernelPlan:
     writes, reductions) get numba's fastmath from the policy's reduction class.
     """
     op = node.op
-    inner = inner_elemwise(op)
-    program = from_scalar_op(
-        inner.op.scalar_op, [i.type.dtype for i in inner.inputs], [o.type.dtype for o in inner.outputs]
-    )
-    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
+    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts)
     if splits(op, body):
         try:
             return KernelPlan("split", None, body, (), stock_op=split_graph(op))
@@ -169,10 +145,7 @@ def plan_fused(node) -> KernelPlan:
     n_in = len(inner.inputs)
     if len(node.inputs) != n_in:
         raise Unsupported("FusedElemwise with extra inputs (indices or update targets)")
-    program = from_scalar_op(
-        inner.op.scalar_op, [i.type.dtype for i in inner.inputs], [o.type.dtype for o in inner.outputs]
-    )
-    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
+    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts)
     ndim = inner.outputs[0].type.ndim
     input_bc = tuple(
         None if isinstance(outer.type, ScalarType) else inner_in.type.broadcastable
@@ -266,10 +239,7 @@ def plan_scalar_careduce(node) -> KernelPlan:
 def plan_scalar_op(node) -> KernelPlan:
     op = node.op
     # the program holds the plain scalar op: rules (and stock calls) must see the stock class
-    program = from_scalar_op(
-        stock_op(op), [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs]
-    )
-    body = plan_body(program, op.policy, op.sensitive_outputs, op.input_facts)
+    body = plan_body(node_program(node, stock_op(op)), op.policy, op.sensitive_outputs, op.input_facts)
     return KernelPlan("scalar", None, body, tuple(Finish("as_is") for _ in node.outputs))
 
 

@@ -1,6 +1,7 @@
-"""The graph rewrites of a policy, their registration, and the modes.
+"""The ``policy_kernels`` pass (`PolicyCodegen`): every kernel node gets a policy-carrying op.
 
-Three rewrites, all selected by the ``policy_codegen`` tag:
+It is one of three rewrites, all selected by the ``policy_codegen`` tag (registered, and
+put into modes, by `ptnumba_codegen.modes`):
 
 | name | position | job |
 |---|---|---|
@@ -13,14 +14,10 @@ from __future__ import annotations
 
 import logging
 
-from pytensor.compile import optdb
-from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 from ptnumba_codegen.runtime import allocator
-from ptnumba_codegen.as_written.freeze import INLINE_POSITION, AsWrittenPass, InlineAsWritten
-from ptnumba_codegen.as_written.freeze import POSITION as AS_WRITTEN_POSITION
 from ptnumba_codegen.passes.constant_writes import fold_constant_writes
 from ptnumba_codegen.analysis.whole_graph import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
@@ -33,10 +30,6 @@ from ptnumba_codegen.runtime.pools import pools_to_yield_to
 log = logging.getLogger("ptnumba_codegen")
 
 TAG = "policy_codegen"  # the tag selecting the three rewrites
-KERNELS_NAME = "policy_kernels"
-AS_WRITTEN_NAME = "policy_as_written"
-INLINE_NAME = "policy_as_written_inline"
-
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
 POSITION = 100.5
 
@@ -49,7 +42,7 @@ class PolicyCodegen(GraphRewriter):
     ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes;
     ``outer_pools`` names thread pools (`pools.POOLS`) used besides the graph's own (an
     as-written copy's inner graph: those of the function it is part of). The
-    instance registered in ``optdb`` (`KERNELS`) is the process-wide switch's:
+    instance registered in ``optdb`` (`modes.KERNELS`) is the process-wide switch's:
     `ptnumba_codegen.enable` sets its ``policy`` and `ptnumba_codegen.disable` resets it to
     None (see ``switch.py``).
     """
@@ -120,40 +113,3 @@ def summarize(nodes, policy) -> str:
         f"{vectorized} with libmvec calls, {len(fallbacks)} fell back to the stock kernel"
     )
     return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
-
-
-# Registered under the policy_codegen tag only (not fast_run, not numba) until
-# ptnumba_codegen.enable() adds ``numba`` to each of them. The policy of `AS_WRITTEN` and
-# `KERNELS` is the switch's (None when off: the process default when selected by the tag).
-AS_WRITTEN = AsWrittenPass()
-KERNELS = PolicyCodegen()
-REGISTERED = {AS_WRITTEN_NAME: AS_WRITTEN, INLINE_NAME: InlineAsWritten(), KERNELS_NAME: KERNELS}
-_POSITIONS = {AS_WRITTEN_NAME: AS_WRITTEN_POSITION, INLINE_NAME: INLINE_POSITION, KERNELS_NAME: POSITION}
-for _name, _rewriter in REGISTERED.items():
-    optdb.register(_name, _rewriter, TAG, position=_POSITIONS[_name])
-
-
-def set_registered_policy(policy: Policy | None) -> None:
-    """The policy the registered rewrites run with (the switch's; None: the process default)."""
-    AS_WRITTEN.policy = policy
-    KERNELS.policy = policy
-
-
-def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
-    """A numba Mode whose kernels are generated under ``policy``.
-
-    ``policy`` is a preset name (``default``, ``strict``, ``fast``, ``as_written``), a path
-    to a TOML file, a loaded `Policy`, or ``None`` for the process default (the policy of
-    `ptnumba_codegen.enable` while it is on, else ``PTNUMBA_CODEGEN_POLICY``, else
-    ``default``). The policy is loaded (and validated) now, before anything is compiled.
-
-    The mode excludes the registered ``policy_codegen`` rewrites, so its own policy wins
-    over the process-wide switch (`ptnumba_codegen.enable`).
-    """
-    resolved = load_policy(KERNELS.policy if policy is None else policy)
-    mode = Mode(linker="numba", optimizer=optimizer).excluding(TAG)
-    return mode.register(
-        (AsWrittenPass(resolved), AS_WRITTEN_POSITION),
-        (InlineAsWritten(), INLINE_POSITION),
-        (PolicyCodegen(resolved), POSITION),
-    )
