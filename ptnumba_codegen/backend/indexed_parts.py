@@ -3,9 +3,8 @@
 PyTensor fuses gathers (``a[g]``) and scatter-adds (the gradient of ``a[g]``) into one
 FusedElemwise with indexed inputs/outputs. Its loop is the stock one (indexed addresses:
 `kernels.plan_indexed_fused`) and never vectorizes, so a body calling vector formulas
-(sigmoid, softplus, lgamma...) runs them one lane at a time: a hierarchical logistic
-regression's gradient kernel took 5.1 ms for 1e5 rows (stock 4.9 ms, JAX 2.6 ms for the
-whole logp+dlogp).
+(sigmoid, softplus, lgamma...) runs them one lane at a time, no faster than stock
+(figures: docs/benchmarks.md, "Figures behind design choices").
 
 Such a node keeps its place in the graph (PyTensor's own tests and rewrites see the
 FusedElemwise they made); only its *lowering* is its inner graph -- the gather

@@ -56,7 +56,7 @@ class PlannedBody:
 def _lanes_where_they_pay(emitters: list) -> list:
     """Lane calls (`lane_calls`) only in bodies that also call vector functions: they let
     such a loop vectorize; in a body of scalar libm calls alone the stock call is as fast
-    or faster (exp(x)*y+z under strict: 10% slower lane by lane). Same bits either way.
+    or faster (figures: docs/benchmarks.md). Same bits either way.
     A lane call that runs as exact vector code (`exact_lanes`, ``pays_alone``) pays alone,
     unless a stock call keeps the loop scalar anyway (`_vectors_where_they_pay`)."""
     if any(e.label and e.without_lanes is None for e in emitters):
@@ -74,7 +74,7 @@ def _vectors_where_they_pay(emitters: list) -> list:
     """Vector calls only in bodies whose loop can vectorize: a stock call inside (a
     function numba compiled on its own, opaque to the loop vectorizer: erfcx) keeps the
     loop scalar, and a vector function then does a whole vector's work for each element
-    (a censored-normal logp's kernel 16 ms, 12 ms with stock's scalar calls). Such a body
+    (slower than stock's scalar calls; docs/benchmarks.md). Such a body
     gets every transcendental's scalar form (libm, within every budget)."""
     if not _has_stock_call(emitters):
         return emitters

@@ -5,9 +5,8 @@ logistic model: ~18 MB of (n, 4) Join/Split/IncSubtensor arrays per call). Numba
 and numpy both allocate with malloc. glibc's dynamic thresholds serve such arrays from the
 heap after the first call, but trim the heap top once more than twice the largest freed
 chunk is free there -- so every call returned the 18 MB to the kernel and faulted it back
-in: 4,460 minor page faults and 7-9 ms of system time in a 14 ms call (both numba backends;
-XLA has its own allocator). With the settings of `SETTINGS` the same call took 6.1 ms,
-no page faults.
+in, and the page faults took about half the call; with the settings of `SETTINGS` they are
+gone (figures: docs/benchmarks.md, "Figures behind design choices").
 
 `configure()` applies them once per process, when the first function is compiled with
 ``policy_codegen`` (never at import). It changes nothing when the process is not on glibc,

@@ -5,8 +5,8 @@ layer (GNU OpenMP here). Other ops of the same function may run on pools of thei
 numba's ``Dot`` and PyTensor's linear algebra call scipy's OpenBLAS, whose worker threads
 keep spinning (``sched_yield`` in a loop, about 2**28 cycles) after every call. On a
 machine with few cores the two pools then take the cores from each other: a logistic
-regression's logp+dlogp (two ``Dot`` and three elementwise kernels) ran 3-7x slower split
-than on one thread. So a function whose graph (inner graphs included) holds an op of a
+regression's logp+dlogp (two ``Dot`` and three elementwise kernels) ran several times
+slower split than on one thread (figures: docs/benchmarks.md). So a function whose graph (inner graphs included) holds an op of a
 pool in `POOLS`, while that pool has more than one thread, never splits its loops; the
 kernels are otherwise the same (split and unsplit loops give the same bits anyway).
 

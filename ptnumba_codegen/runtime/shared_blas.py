@@ -3,10 +3,8 @@
 numba's ``Dot`` and PyTensor's linear algebra call the OpenBLAS of scipy's wheel. Its
 worker threads spin (``sched_yield`` in a loop, ~2**28 cycles, about 0.1 s) after every
 call, so on a machine with few cores they take the cores from whatever runs next -- a
-split loop, another sampler chain, another process. Measured on the 2-core machines of
-this project, a PyMC logistic regression's logp+dlogp at n = 1e5 took 28-32 ms on a loaded
-machine with OpenBLAS's own pool and 2.7-3.5 ms with its jobs run elsewhere; the stock
-backend 26-33 ms against 6.6-7.9 ms.
+split loop, another sampler chain, another process: a model's logp+dlogp ran many times
+slower (figures: docs/benchmarks.md, "Figures behind design choices").
 
 OpenBLAS (>= 0.3.28) lets the caller run its parallel jobs:
 ``openblas_set_threads_callback_function(callback)``. `share_blas_pool` installs the
