@@ -268,12 +268,7 @@ def _build_blas_callback(mod, parallel_for):
         _run_jobs_on_new_threads(mod, b, job, job_ty, n, run_jobs)
     with b.if_else(b.and_(several, b.not_(in_region))) as (pooled, one):
         with pooled:  # one thread per job, all at once
-            a_args = b.alloca(I8P)
-            b.store(ir.Constant(I8P, None), a_args)
-            a_dims = b.alloca(I64)
-            b.store(n, a_dims)
-            a_steps = b.alloca(I64)
-            b.store(I64(1), a_steps)
+            a_args, a_dims, a_steps = _gufunc_arrays(b, n)
             b.call(
                 parallel_for,
                 [b.bitcast(tramp, I8P), b.bitcast(a_args, I8P), b.bitcast(a_dims, I8P), b.bitcast(a_steps, I8P),
@@ -284,6 +279,18 @@ def _build_blas_callback(mod, parallel_for):
                 run_jobs(b, job, I64(0), n)
     b.store_atomic(I32(0), blas_lock, "release", 4)
     b.ret_void()
+
+
+def _gufunc_arrays(b, count):
+    """The (args, dimensions, steps) arrays of a ``parallel_for`` call running ``count``
+    items of a gufunc that takes no arrays."""
+    a_args = b.alloca(I8P)
+    b.store(ir.Constant(I8P, None), a_args)
+    a_dims = b.alloca(I64)
+    b.store(count, a_dims)
+    a_steps = b.alloca(I64)
+    b.store(I64(1), a_steps)
+    return a_args, a_dims, a_steps
 
 
 def _run_jobs_on_new_threads(mod, b, job, job_ty, n, run_jobs):
@@ -409,12 +416,7 @@ def _build_runtime(with_blas: bool):
     job = b.alloca(job_ty)
     for k, v in enumerate((chunk, state, clen, n0, err_slot)):
         b.store(v, b.gep(job, [I32(0), I32(k)]))
-    a_args = b.alloca(I8P)
-    b.store(ir.Constant(I8P, None), a_args)
-    a_dims = b.alloca(I64)
-    b.store(nchunks, a_dims)
-    a_steps = b.alloca(I64)
-    b.store(I64(1), a_steps)
+    a_args, a_dims, a_steps = _gufunc_arrays(b, nchunks)
     start = read_cycles(b)
     b.call(
         parallel_for,
