@@ -1,5 +1,5 @@
 """The scalar program of a kernel node (pure Python over the function graph, no numba):
-what `graph_analysis` propagates requirements through and `graph_ranges` evaluates
+what `whole_graph` propagates requirements through and `graph_ranges` evaluates
 intervals over."""
 
 from __future__ import annotations

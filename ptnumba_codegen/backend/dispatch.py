@@ -93,7 +93,7 @@ def stock_loop(op, node, plan: KernelPlan, **kwargs):
 
 
 def split_kernel(op, node, plan: KernelPlan, **kwargs):
-    """The inner graph of an indexed kernel (`indexed_split`), compiled as one function:
+    """The inner graph of an indexed kernel (`indexed_parts`), compiled as one function:
     its policy nodes by the generator, gather and scatter-add by the stock funcify with
     the numba fastmath the stock loop would give them."""
     fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS

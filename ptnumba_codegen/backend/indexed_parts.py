@@ -2,7 +2,7 @@
 
 PyTensor fuses gathers (``a[g]``) and scatter-adds (the gradient of ``a[g]``) into one
 FusedElemwise with indexed inputs/outputs. Its loop is the stock one (indexed addresses:
-`kernels.plan_indexed_fused`) and never vectorizes, so a body calling vector formulas
+`plans.plan_indexed_fused`) and never vectorizes, so a body calling vector formulas
 (sigmoid, softplus, lgamma...) runs them one lane at a time, no faster than stock
 (figures: docs/benchmarks.md, "Figures behind design choices").
 

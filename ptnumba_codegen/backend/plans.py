@@ -106,7 +106,7 @@ def plan_elemwise(node) -> KernelPlan:
 
 def plan_indexed_fused(node) -> KernelPlan:
     """Indexed reads/writes (gathers, scatter-adds): the stock loop, our scalar core; or,
-    when its body would call vector functions, its inner graph (`indexed_split`).
+    when its body would call vector functions, its inner graph (`indexed_parts`).
 
     The FusedElemwise is rebuilt with its inner Elemwise's scalar op carrying the policy, so
     the stock funcify dispatches the scalar core to the generator (per-instruction flags,

@@ -4,14 +4,14 @@ Memory-bound kernels (``maximum(x, y) * z``, ``x * y + z``) are limited by what 
 can stream; a second core roughly doubles that. The loop nest is emitted once, in a
 *chunk function* ``chunk(state, lo, hi)`` that runs the nest with the split axis
 (``loop.split_axis``) restricted to ``[lo, hi)``. The kernel asks the process-wide helper
-(``split_runtime.TRY_SPLIT``) to run the chunks on numba's threads; when it declines (small
+(``runtime.threads.TRY_SPLIT``) to run the chunks on numba's threads; when it declines (small
 loop, one thread, gate closed, another split running) or a chunk raised, the kernel calls
 the chunk on its own thread.
 
 Results never depend on the split: only loops whose split axis is not reduced are
 split, or full reductions in shape-fixed blocks (``loop.split_axis``), so every element and
 every accumulator is computed by one thread in the same order, and libmvec calls give the
-same bits in a vector body or a remainder (``vector_math``). The chunk boundaries of 1-d
+same bits in a vector body or a remainder (``vecmath.libmvec``). The chunk boundaries of 1-d
 loops are multiples of 64 elements, so threads never write the same cache line. A chunk
 that raises is rerun on the calling thread so the exception is raised with its message;
 for an inplace loop (inputs already overwritten) a RuntimeError says so instead.

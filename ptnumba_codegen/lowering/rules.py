@@ -9,7 +9,7 @@ the stock backend with ``numba__fastmath=False``; only the flags differ.
 Rule kinds:
 
 * `ufunc` – the numpy ufunc loop numba itself selects (inline IR; flags set by the stamp),
-  or its libmvec variant when the policy allows (see ``vector_math``);
+  or its libmvec variant when the policy allows (see ``vecmath.libmvec``);
 * `nary` – a left-associated chain of a Python operator (Add, Mul);
 * `python` – a small Python function (stock's own formula, ``formulas``), compiled as a
   numba subroutine with exactly the node's flags, which LLVM then inlines;

@@ -11,7 +11,7 @@ pool in `POOLS`, while that pool has more than one thread, never splits its loop
 kernels are otherwise the same (split and unsplit loops give the same bits anyway).
 
 Where OpenBLAS lets the caller run its jobs (OpenBLAS >= 0.3.28), they run on numba's
-threads instead (`lowering.shared_blas`): one pool, nothing to yield to. Otherwise, with
+threads instead (`runtime.shared_blas`): one pool, nothing to yield to. Otherwise, with
 ``threadpoolctl`` installed, a pool limited to one thread (``OPENBLAS_NUM_THREADS=1``,
 ``threadpool_limits(1, "blas")`` before compiling) is not yielded to. Without it, the pool's
 size is unknown and the loops yield.
@@ -75,7 +75,7 @@ def _ops(fgraph):
             yield from _ops(inner)
 
 
-# Pools whose work runs on numba's threads too (`lowering.shared_blas`): nothing to yield to.
+# Pools whose work runs on numba's threads too (`runtime.shared_blas`): nothing to yield to.
 _SHARED: set[str] = set()
 
 

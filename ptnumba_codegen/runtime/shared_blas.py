@@ -8,7 +8,7 @@ slower (figures: docs/benchmarks.md, "Figures behind design choices").
 
 OpenBLAS (>= 0.3.28) lets the caller run its parallel jobs:
 ``openblas_set_threads_callback_function(callback)``. `share_blas_pool` installs the
-split runtime's callback (``split_runtime.BLAS_CALLBACK``), which runs each call's jobs
+split runtime's callback (``threads.BLAS_CALLBACK``), which runs each call's jobs
 concurrently, one GNU OpenMP parallel region per call, one BLAS call at a time (only over
 numba's ``omp`` threading layer, which gives a region as many threads as asked from any
 thread: level-3 jobs wait for each other, so they cannot run one after the other).

@@ -1,7 +1,7 @@
 """Vector functions for lgamma, digamma and trigamma, written for this package.
 
 glibc's libmvec has none of them, so they are defined here, as IR, and called
-exactly like a libmvec variant (see ``vector_math.vector_call``): one function per
+exactly like a libmvec variant (see ``libmvec.vector_call``): one function per
 (function, dtype, ISA) taking and returning a vector of the loop's width; the scalar
 remainder of a loop calls the same function on a splat, so an element's result never
 depends on its position.
