@@ -4,8 +4,8 @@ that got less accurate shows up on the dashboard."""
 
 from __future__ import annotations
 
-from ptnumba_codegen import accuracy
-from ptnumba_codegen import workloads as wl
+from ptnumba_codegen.tools import accuracy
+from ptnumba_codegen.tools import workloads as wl
 
 _RESULTS: dict = {}
 

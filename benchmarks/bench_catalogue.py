@@ -1,6 +1,6 @@
 """asv suites over the 25-model core of PyMC's model catalogue (``BENCHMARK_CORE.md`` of a
 pymc-model-catalogue checkout), compiled with the catalogue's own ``build_logp_fn`` as
-``python -m ptnumba_codegen bench --group catalogue`` does (`ptnumba_codegen.catalogue_bench`).
+``python -m ptnumba_codegen bench --group catalogue`` does (`ptnumba_codegen.tools.catalogue_bench`).
 
 ``CatalogueTimeSuite``     seconds per logp(+dlogp) call, params model x backend x form
 ``CatalogueCompileSuite``  seconds to compile (``build_logp_fn`` and the first call) with an
@@ -21,9 +21,9 @@ import os
 import tempfile
 import time
 
-from ptnumba_codegen import catalogue_bench as cb
-from ptnumba_codegen import models
-from ptnumba_codegen import workloads as wl
+from ptnumba_codegen.tools import catalogue_bench as cb
+from ptnumba_codegen.tools import models
+from ptnumba_codegen.tools import workloads as wl
 
 CATALOGUE = os.environ.get("PTNUMBA_CATALOGUE")
 BACKENDS = [b for b in cb.BACKENDS if b != "jax" or wl.jax_available()]

@@ -1,4 +1,4 @@
-"""asv suites over the shared workloads of `ptnumba_codegen.workloads`.
+"""asv suites over the shared workloads of `ptnumba_codegen.tools.workloads`.
 
 One method per workload, named ``<prefix>_<group>_<key>`` (group: core, reduction,
 transcendental), so a group is selected with e.g. ``asv run -b TimeSuite.time_core_``.
@@ -15,7 +15,7 @@ PeakMemSuite setups short. Matrix workloads use ``n/1000`` rows of 1000 (rows x 
 
 from __future__ import annotations
 
-from ptnumba_codegen import workloads as wl
+from ptnumba_codegen.tools import workloads as wl
 
 BACKENDS = list(wl.BACKENDS)
 SIZES = [1_000, 100_000, 1_000_000, 10_000_000]
@@ -102,7 +102,7 @@ class CompileSuite:
 
     The setup compiles the same workload once, untimed, so numba's per-process start-up
     and the helpers it memoizes in memory are paid before the timed compile (as in
-    ``python -m ptnumba_codegen.bench``): the number is the marginal compile cost.
+    ``python -m ptnumba_codegen.tools.bench``): the number is the marginal compile cost.
     """
 
     params = [BACKENDS]

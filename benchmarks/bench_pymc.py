@@ -1,7 +1,7 @@
-"""asv suites over the PyMC model catalogue (`ptnumba_codegen.models`): the logp+dlogp
+"""asv suites over the PyMC model catalogue (`ptnumba_codegen.tools.models`): the logp+dlogp
 call a sampler makes (``model.logp_dlogp_function(ravel_inputs=True)``, raveled point in,
 ``trust_input=True``), compiled and called as in ``python -m ptnumba_codegen bench --group
-pymc`` (`ptnumba_codegen.modelbench`).
+pymc`` (`ptnumba_codegen.tools.modelbench`).
 
 ``PyMCTimeSuite``       call time at the model's jittered initial point, params model x backend x n
 ``PyMCAgreementSuite``  largest relative difference of logp and dlogp to the C backend, n = 1e3
@@ -19,9 +19,9 @@ started before the fork, so ``policy_default`` is measured as a user runs it.
 
 from __future__ import annotations
 
-from ptnumba_codegen import models
-from ptnumba_codegen import modelbench as mb
-from ptnumba_codegen import workloads as wl
+from ptnumba_codegen.tools import models
+from ptnumba_codegen.tools import modelbench as mb
+from ptnumba_codegen.tools import workloads as wl
 
 BACKENDS = [b for b in mb.BACKENDS if b != "jax" or wl.jax_available()]
 SIZES = list(mb.SIZES)

@@ -114,7 +114,7 @@ def run_one(backend: str, policy: str, rows: int, draws: int, tune: int, seed: i
     import nutpie
 
     import ptnumba_codegen
-    from ptnumba_codegen.ops import is_policy_op
+    from ptnumba_codegen.backend.ops import is_policy_op
 
     X, y, _, _ = make_data(rows)
     model = build_model(X, y)

@@ -7,7 +7,7 @@
 import pytensor
 
 import ptnumba_codegen
-from ptnumba_codegen.demo import seed_graph, seed_values
+from ptnumba_codegen.tools.demo import seed_graph, seed_values
 
 inputs, gx = seed_graph()
 fn = pytensor.function(inputs, gx, mode=ptnumba_codegen.policy_mode("default"))

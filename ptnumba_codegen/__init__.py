@@ -12,14 +12,15 @@ Importing the package registers the ``policy_codegen`` rewrites and the numba di
 
 from ptnumba_codegen._version import GENERATOR_VERSION, __version__
 from ptnumba_codegen.policy import ENV_VAR, Policy, PolicyError, load_policy
-from ptnumba_codegen.rewrite import TAG, PolicyCodegen, policy_mode
+from ptnumba_codegen.modes import policy_mode
+from ptnumba_codegen.passes.policy_codegen import TAG, PolicyCodegen
 
-import ptnumba_codegen.dispatch  # noqa: E402, F401  (registers the numba lowering)
-import ptnumba_codegen.as_written_lowering  # noqa: E402, F401  (registers AsWritten's lowering)
-from ptnumba_codegen.as_written_op import AsWritten
-from ptnumba_codegen.dispatch import fallback_reason
+import ptnumba_codegen.backend.dispatch  # noqa: E402, F401  (registers the numba lowering)
+import ptnumba_codegen.as_written.lowering  # noqa: E402, F401  (registers AsWritten's lowering)
+from ptnumba_codegen.as_written.op import AsWritten
+from ptnumba_codegen.backend.dispatch import fallback_reason
 from ptnumba_codegen.explain import explain
-from ptnumba_codegen.lowering.split_runtime import parallel_enabled, set_parallel_enabled
+from ptnumba_codegen.runtime.threads import parallel_enabled, set_parallel_enabled
 from ptnumba_codegen.switch import disable, enable, enabled, enabled_policy, is_enabled
 
 # A bad $PTNUMBA_CODEGEN_POLICY is an error now, not a stock function later.

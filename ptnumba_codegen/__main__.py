@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 COMMANDS = {
-    "demo": ("ptnumba_codegen.demo", "the seed example under stock numba and each policy, plus a speed table"),
-    "bench": ("ptnumba_codegen.bench", "side-by-side benchmark table (see `bench --help`)"),
+    "demo": ("ptnumba_codegen.tools.demo", "the seed example under stock numba and each policy, plus a speed table"),
+    "bench": ("ptnumba_codegen.tools.bench", "side-by-side benchmark table (see `bench --help`)"),
     "explain": ("ptnumba_codegen.explain", "classes, flags and lowering of each kernel of a function (--ir: final IR)"),
 }
 

@@ -11,18 +11,45 @@ from __future__ import annotations
 
 import re
 
-from ptnumba_codegen import allocator
-from ptnumba_codegen.analysis import output_needs
-from ptnumba_codegen.as_written_op import is_as_written
-from ptnumba_codegen.kernels import plan_node
-from ptnumba_codegen.lowering import exact_lanes
+from ptnumba_codegen.runtime import allocator
+from ptnumba_codegen.analysis.classify import output_needs
+from ptnumba_codegen.as_written.op import is_as_written
+from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.lowering.vecmath import exact_lanes
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.lowering.rules import rule_kind
-from ptnumba_codegen.ops import is_policy_op
-from ptnumba_codegen.robust import describe
+from ptnumba_codegen.backend.ops import is_policy_op
+from ptnumba_codegen.analysis.robust import describe
 
 _FLAG_RE = re.compile(r"\b(reassoc|nsz|arcp|contract|afn|nnan|ninf|fast)\b")
 _FP_RE = re.compile(r"= (?:tail )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\b")
+
+
+def _threads_note(op, plan) -> list[str]:
+    if plan.spec is None:
+        return []
+    from ptnumba_codegen.lowering.chunks import split_decision
+
+    return [f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}"]
+
+
+def _stock_loop_note(op, plan) -> list[str]:
+    return ["    loop: the stock indexed loop around this core (gathers/scatter-adds)"]
+
+
+def _parts_note(op, plan) -> list[str]:
+    parts = ", ".join(
+        f"{type(n.op).__name__}{' (policy)' if hasattr(n.op, 'policy') else ''}" for n in plan.stock_op.toposort()
+    )
+    return [f"    lowered as its parts (indexed_split: the body calls vector functions): {parts}"]
+
+
+def _no_note(op, plan) -> list[str]:
+    return []
+
+
+# KernelPlan.kind -> the lines explain adds about how the kernel runs
+PLAN_NOTES = {"loop": _threads_note, "stock_loop": _stock_loop_note, "split": _parts_note}
 
 
 def _fmt_flags(flags) -> str:
@@ -31,7 +58,7 @@ def _fmt_flags(flags) -> str:
 
 def _inlined_lines(fgraph) -> list[str]:
     """One line per as-written copy the inline pass put back into the kernels of ``fgraph``."""
-    from ptnumba_codegen.as_written import INLINED_ATTR
+    from ptnumba_codegen.as_written.freeze import INLINED_ATTR
 
     lines = []
     for policy, label, kind, size, guards, reads in getattr(fgraph, INLINED_ATTR, ()):
@@ -48,7 +75,7 @@ def _inlined_lines(fgraph) -> list[str]:
     return lines
 
 
-def _inner_graphs(fgraph):
+def inner_graphs(fgraph):
     """(label, fgraph) for the function graph and every inner graph (Scan, OpFromGraph,
     AsWritten: the graph it is compiled from)."""
     yield "", fgraph
@@ -56,14 +83,14 @@ def _inner_graphs(fgraph):
         if is_policy_op(node.op):
             continue
         if is_as_written(node.op):
-            from ptnumba_codegen.as_written_lowering import lowering_graph
+            from ptnumba_codegen.as_written.lowering import lowering_graph
 
             graph = lowering_graph(node.op)
             yield _as_written_label(node), graph
             continue
         inner = getattr(node.op, "fgraph", None)
         if inner is not None and hasattr(inner, "toposort"):
-            for label, sub in _inner_graphs(inner):
+            for label, sub in inner_graphs(inner):
                 yield f"{type(node.op).__name__} inner graph{' / ' + label if label else ''}", sub
 
 
@@ -119,13 +146,13 @@ def explain_node(node) -> list[str]:
         plan = plan_node(node)
     except Unsupported as err:
         return [*lines, f"    FALLBACK to the stock kernel: {err}"]
-    from ptnumba_codegen.dispatch import fallback_reason
+    from ptnumba_codegen.backend.dispatch import fallback_reason
 
     failed = fallback_reason(node)  # planned, but the generator failed when numba compiled it
     if failed:
         lines.append(f"    FALLBACK to the stock kernel (at compile time): {failed}")
     kinds = [
-        getattr(e, "label", None) or rule_kind(i.op)
+        e.label or rule_kind(i.op)
         for i, e in zip(plan.body.program.instrs, plan.body.emitters, strict=True)
     ]
     width = max((len(s) for s in plan.body.program.describe()), default=0)
@@ -136,17 +163,7 @@ def explain_node(node) -> list[str]:
         if k in plan.body.lazy:
             note += f"  [only computed when {describe_formula(plan.body.lazy[k])}]"
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")
-    if plan.kind == "loop" and plan.spec is not None:
-        from ptnumba_codegen.lowering.parallel import split_decision
-
-        lines.append(f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}")
-    if plan.kind == "stock_loop":
-        lines.append("    loop: the stock indexed loop around this core (gathers/scatter-adds)")
-    if plan.kind == "split":
-        parts = ", ".join(
-            f"{type(n.op).__name__}{' (policy)' if hasattr(n.op, 'policy') else ''}" for n in plan.stock_op.toposort()
-        )
-        lines.append(f"    lowered as its parts (indexed_split: the body calls vector functions): {parts}")
+    lines.extend(PLAN_NOTES.get(plan.kind, _no_note)(op, plan))
     if plan.spec is not None and plan.spec.reduces:
         for i, red in enumerate(plan.spec.reduces):
             if red is not None:
@@ -172,7 +189,7 @@ def explain(fn, ir: bool = False) -> str:
     fgraph = fn.maker.fgraph
     out = []
     counts = {"kernels": 0, "fallbacks": 0, "as_written": 0}
-    for label, graph in _inner_graphs(fgraph):
+    for label, graph in inner_graphs(fgraph):
         nodes = [n for n in graph.toposort() if is_policy_op(n.op)]
         copy = label.startswith("as-written")
         counts["as_written"] += copy

@@ -25,7 +25,7 @@ Schema (every key; see docs/policies.md for the guide)::
 
     [comparison]                  # optional
     as_written = false            # true: every decision is computed from its inputs' cones
-                                  # exactly as written (see ptnumba_codegen/as_written.py)
+                                  # exactly as written (see ptnumba_codegen/as_written/freeze.py)
 
 Without ``extends`` every class must be given. ``[parallel]`` and ``[comparison]`` default
 to the values above (inherited through ``extends``). Splitting never changes a result bit: only loops whose
@@ -129,7 +129,7 @@ class Policy:
     ops: Mapping[str, OpRule] = field(default_factory=dict)
     description: str = ""
     parallel: Parallel = Parallel()
-    # decisions from their inputs' cones as written (ptnumba_codegen/as_written.py)
+    # decisions from their inputs' cones as written (ptnumba_codegen/as_written/freeze.py)
     as_written: bool = False
 
     def __post_init__(self):

@@ -1,7 +1,7 @@
 """The process-wide switch: policy kernels in every numba-linker mode.
 
 ``enable(policy)`` adds the ``numba`` tag to the three rewrites (tag ``policy_codegen``:
-the as-written pass, its inlining, the kernels; see ``rewrite.py``) that
+the as-written pass, its inlining, the kernels; see ``modes.py``) that
 ``import ptnumba_codegen`` registered in PyTensor's ``optdb``. ``NumbaLinker.required_rewrites``
 includes ``numba``, so from then on every mode with the numba linker runs them when
 a function is compiled: ``mode="NUMBA"``, ``Mode(linker="numba", ...)`` (even with
@@ -20,7 +20,7 @@ Which policy a kernel gets (first match wins):
 
 ``enable(None)`` resolves 3-4 once, when it is called. The policy is loaded and validated
 inside ``enable``: a typo raises `PolicyError` there, before anything compiles. The
-pytest plugin (``-p ptnumba_codegen.pytest_plugin``) turns the switch on with the same
+pytest plugin (``-p ptnumba_codegen.tools.pytest_plugin``) turns the switch on with the same
 function.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pytensor.compile import optdb
 
 from ptnumba_codegen.policy import Policy, load_policy
-from ptnumba_codegen.rewrite import KERNELS, REGISTERED, TAG, set_registered_policy
+from ptnumba_codegen.modes import KERNELS, REGISTERED, TAG, set_registered_policy
 
 NUMBA_TAG = "numba"
 _LOCK = threading.RLock()

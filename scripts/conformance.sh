@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run PyTensor's own numba backend tests twice -- stock, then with policy_codegen in every
-# numba mode (-p ptnumba_codegen.pytest_plugin) -- and compare the outcomes.
+# numba mode (-p ptnumba_codegen.tools.pytest_plugin) -- and compare the outcomes.
 #
 #   scripts/conformance.sh PYTENSOR_CHECKOUT [extra pytest args]
 #
@@ -76,7 +76,7 @@ print(f"pytensor {pytensor.__version__}, numba {numba.__version__}, llvmlite {ll
 REVISION=$(cat "$CHECKOUT/REVISION" 2>/dev/null || git -C "$CHECKOUT" rev-parse HEAD 2>/dev/null || echo unknown)
 # The generator under test: commit of this repository, and whether its package is edited.
 OURS=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git -C "$HERE/.." status --porcelain -- ptnumba_codegen ':!ptnumba_codegen/pytest_plugin.py' 2>/dev/null)" ]; then
+if [ -n "$(git -C "$HERE/.." status --porcelain -- ptnumba_codegen ':!ptnumba_codegen/tools/pytest_plugin.py' 2>/dev/null)" ]; then
     OURS="$OURS + uncommitted changes in ptnumba_codegen/"
 fi
 
@@ -99,7 +99,7 @@ declare -A RC
 for run in $RUNS; do
     PLUGIN=()
     if [ "$run" = policy ]; then
-        PLUGIN=(-p ptnumba_codegen.pytest_plugin)
+        PLUGIN=(-p ptnumba_codegen.tools.pytest_plugin)
     fi
     FLAGS=${PYTENSOR_FLAGS:-}
     if [ "${CONFORMANCE_SHARED_CACHE:-0}" != 1 ]; then

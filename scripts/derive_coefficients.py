@@ -3,7 +3,7 @@
     .venv/bin/python scripts/derive_coefficients.py          # print the module
     .venv/bin/python scripts/derive_coefficients.py --write  # rewrite it in place
 
-writes ``ptnumba_codegen/lowering/special_coefficients.py``. Every polynomial is a
+writes ``ptnumba_codegen/lowering/vecmath/special_coefficients.py``. Every polynomial is a
 Chebyshev fit (``mpmath.chebyfit``, near-minimax in absolute error) of a function the
 formulas in ``lowering/special_functions.py`` evaluate; the script prints each fit's error
 after its coefficients are rounded to float64, measured on a fine grid. The number of
@@ -19,7 +19,7 @@ import sys
 import mpmath as mp
 
 mp.mp.dps = 50
-OUT = pathlib.Path(__file__).resolve().parents[1] / "ptnumba_codegen" / "lowering" / "special_coefficients.py"
+OUT = pathlib.Path(__file__).resolve().parents[1] / "ptnumba_codegen" / "lowering" / "vecmath" / "special_coefficients.py"
 
 
 def split(v) -> tuple[float, float]:

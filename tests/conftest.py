@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, settings
 from pytensor.compile.mode import Mode
 
 import ptnumba_codegen
-from ptnumba_codegen.ops import is_policy_op
+from ptnumba_codegen.backend.ops import is_policy_op
 
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
@@ -52,8 +52,8 @@ def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=Fals
         flags["numba__fastmath"] = False
         mode = Mode(linker="numba", optimizer=None)
     elif backend == "policy_as_written_opaque":  # as_written, every copy compiled on its own
-        from ptnumba_codegen.as_written import POSITION, AsWrittenPass
-        from ptnumba_codegen.rewrite import POSITION as KERNELS, PolicyCodegen
+        from ptnumba_codegen.as_written.freeze import POSITION, AsWrittenPass
+        from ptnumba_codegen.passes.policy_codegen import POSITION as KERNELS, PolicyCodegen
 
         policy = ptnumba_codegen.load_policy("as_written")
         mode = Mode(linker="numba", optimizer="fast_run").register(

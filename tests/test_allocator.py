@@ -1,5 +1,5 @@
 """glibc malloc settings applied when the first policy function is compiled
-(`ptnumba_codegen.allocator`): freed intermediates stay mapped for the next call."""
+(`ptnumba_codegen.runtime.allocator`): freed intermediates stay mapped for the next call."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ptnumba_codegen import allocator
+from ptnumba_codegen.runtime import allocator
 
 # In a fresh process: compile one policy function, then free and reallocate 24 MB of
 # arrays (an ordered logistic call's intermediates) and count the page faults of the
@@ -17,7 +17,7 @@ PROBE = r"""
 import json, resource, sys
 import numpy as np, pytensor, pytensor.tensor as pt
 import ptnumba_codegen
-from ptnumba_codegen import allocator
+from ptnumba_codegen.runtime import allocator
 x = pt.vector("x")
 fn = pytensor.function([x], pt.exp(x), mode=ptnumba_codegen.policy_mode("default"))
 assert fn(np.zeros(3)).tolist() == [1.0, 1.0, 1.0]

@@ -3,8 +3,8 @@
 import pytensor.scalar as ps
 import pytest
 
-from ptnumba_codegen.analysis import classify
-from ptnumba_codegen.program import from_scalar_op
+from ptnumba_codegen.analysis.classify import classify
+from ptnumba_codegen.analysis.program import from_scalar_op
 
 F = "float64"
 

@@ -23,8 +23,8 @@ from pytensor.tensor.random.op import RandomVariable
 
 import ptnumba_codegen
 from conftest import assert_same_bits, compile_fn
-from ptnumba_codegen.as_written import INLINED_ATTR, AsWrittenPass
-from ptnumba_codegen.as_written_op import AsWritten
+from ptnumba_codegen.as_written.freeze import INLINED_ATTR, AsWrittenPass
+from ptnumba_codegen.as_written.op import AsWritten
 from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_fn
 
 # the maintainer's counter-example (seed thread): exp(a)*exp(c) is rewritten to exp(a + c)
@@ -73,7 +73,7 @@ def test_elementwise_copies_are_inlined_into_one_kernel():
     [kernel] = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, Elemwise)]
     text = str(kernel.op)
     assert "le((((i4 * i2) * i1) * i0), i3)" in text, text  # the product as written, in the kernel
-    from ptnumba_codegen.kernels import plan_node
+    from ptnumba_codegen.backend.plans import plan_node
 
     classes = dict(zip((i.op_name for i in plan_node(kernel).body.program.instrs), plan_node(kernel).body.classes))
     assert classes["LE"] == "comparison_sensitive"
@@ -96,7 +96,7 @@ def test_a_robust_decision_still_gets_its_copy():
         fn = compile_fn([a, c], out, "policy_as_written", cache_key="robust_copy")
         np.testing.assert_array_equal(fn(av, cv), ref)
     assert not frozen(fn) and [r[1] for r in inlined(fn)] == ["Ge"]
-    from ptnumba_codegen.kernels import plan_node
+    from ptnumba_codegen.backend.plans import plan_node
 
     [kernel] = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, Elemwise)]
     body = plan_node(kernel).body
@@ -108,10 +108,10 @@ def test_a_robust_decision_still_gets_its_copy():
 def test_opaque_copies_yield_to_the_pools_of_their_function(monkeypatch):
     """An opaque copy's kernels are compiled from its inner graph alone; they still do not
     split beside the function's BLAS calls, exactly like the function's other kernels."""
-    from ptnumba_codegen import pools
-    from ptnumba_codegen.as_written_lowering import lowering_graph
-    from ptnumba_codegen.lowering.split_runtime import ensure_threading
-    from ptnumba_codegen.ops import is_policy_op
+    from ptnumba_codegen.runtime import pools
+    from ptnumba_codegen.as_written.lowering import lowering_graph
+    from ptnumba_codegen.runtime.threads import ensure_threading
+    from ptnumba_codegen.backend.ops import is_policy_op
 
     ensure_threading()  # may mark OpenBLAS shared; then pretend it is not, with 2 threads
     monkeypatch.setattr(pools, "_SHARED", set())

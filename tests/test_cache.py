@@ -9,7 +9,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.elemwise import Elemwise
 
 import ptnumba_codegen
-import ptnumba_codegen.dispatch as dispatch
+import ptnumba_codegen.backend.dispatch as dispatch
 from conftest import policy_nodes
 from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_graph
 

@@ -1,4 +1,4 @@
-"""The catalogue benchmark (`ptnumba_codegen.catalogue_bench`) on a fake catalogue built in
+"""The catalogue benchmark (`ptnumba_codegen.tools.catalogue_bench`) on a fake catalogue built in
 ``tmp_path``: its own minimal ``build_logp_fn`` and two tiny model files, one of which
 raises. No network and no real catalogue: discovery and the core list, the worker's
 records (status on failure, saved outputs), agreement, the runner's rounds and phases,
@@ -15,9 +15,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from ptnumba_codegen import bench
-from ptnumba_codegen import catalogue_bench as cb
-from ptnumba_codegen import models as pymc_models
+from ptnumba_codegen.tools import bench
+from ptnumba_codegen.tools import catalogue_bench as cb
+from ptnumba_codegen.tools import models as pymc_models
 
 needs_pymc = pytest.mark.skipif(not pymc_models.pymc_available(), reason="pymc is not installed")
 
@@ -356,7 +356,7 @@ def test_run_subprocess_nice_is_absolute(monkeypatch):
     cb.run_subprocess({"nice": 0}, 5)
     assert seen[0][:3] == ["nice", "-n", "5"]
     assert [cmd[0] == "nice" for cmd in seen] == [True, False, False]
-    assert seen[1][1:4] == ["-m", "ptnumba_codegen.catalogue_bench", "worker"]
+    assert seen[1][1:4] == ["-m", "ptnumba_codegen.tools.catalogue_bench", "worker"]
 
 
 def test_progress_reports_do_not_freeze_later_models(tmp_path):

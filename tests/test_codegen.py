@@ -226,7 +226,7 @@ def test_complex_dtype_falls_back():
 
 def test_python_mode_body_matches():
     # The kernel's pure-Python body (used by PyTensor when JIT is disabled) is op.perform
-    from ptnumba_codegen.dispatch import funcify_policy_node
+    from ptnumba_codegen.backend.dispatch import funcify_policy_node
 
     x, y = pt.vectors("x", "y")
     fn = compile_fn([x, y], pt.exp(x) * y, "policy_default", cache_key="pymode")

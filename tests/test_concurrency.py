@@ -37,7 +37,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 import ptnumba_codegen
 from conftest import assert_same_bits
-from ptnumba_codegen.lowering.split_runtime import _GATE, EXPLORE_EVERY, split_launches
+from ptnumba_codegen.runtime.threads import _GATE, EXPLORE_EVERY, split_launches
 
 LAYER_VAR = "NUMBA_THREADING_LAYER"
 N_THREADS = 4

@@ -15,7 +15,7 @@ from pytensor.tensor.subtensor import AdvancedIncSubtensor, IncSubtensor
 
 import ptnumba_codegen
 from conftest import compile_fn
-from ptnumba_codegen import constant_writes
+from ptnumba_codegen.passes import constant_writes
 
 N, K = 3000, 5
 
@@ -79,8 +79,8 @@ def test_fold_rules_name_their_reasons():
 
 
 def test_a_catalogue_multinomial_logit_loses_its_one_hot():
-    from ptnumba_codegen import models as catalogue
-    from ptnumba_codegen import modelbench as mb
+    from ptnumba_codegen.tools import models as catalogue
+    from ptnumba_codegen.tools import modelbench as mb
 
     if not catalogue.pymc_available():
         pytest.skip("pymc is not installed")

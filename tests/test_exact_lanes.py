@@ -19,9 +19,9 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, final_ir
-from ptnumba_codegen import libm_data
-from ptnumba_codegen.lowering import exact_lanes
-from ptnumba_codegen.lowering.vector_math import _lanes, target_isa
+from ptnumba_codegen.lowering.vecmath import libm_data
+from ptnumba_codegen.lowering.vecmath import exact_lanes
+from ptnumba_codegen.lowering.vecmath.isa import lane_count as _lanes, target_isa
 
 ISA = target_isa()
 DATA = libm_data.glibc_exp_data()
@@ -156,8 +156,8 @@ def _run(code, **env):
 
 def test_switch_off_keeps_libm_per_lane_and_bad_values_are_named():
     code = (
-        "from ptnumba_codegen.lowering import exact_lanes as e\n"
-        "from ptnumba_codegen.lowering.vector_math import _lanes, target_isa\n"
+        "from ptnumba_codegen.lowering.vecmath import exact_lanes as e\n"
+        "from ptnumba_codegen.lowering.vecmath.isa import lane_count as _lanes, target_isa\n"
         "print(e.status('exp', _lanes(target_isa(), 'float64')))\n"
     )
     off = _run(code, PTNUMBA_CODEGEN_EXACT_LANES="off")

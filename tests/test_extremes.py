@@ -8,8 +8,8 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import assert_no_fallback, compile_fn
-from ptnumba_codegen.as_written import INLINED_ATTR
-from ptnumba_codegen.as_written_op import AsWritten
+from ptnumba_codegen.as_written.freeze import INLINED_ATTR
+from ptnumba_codegen.as_written.op import AsWritten
 
 ROWS = np.array(
     [

@@ -13,8 +13,8 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, final_ir
-from ptnumba_codegen.lowering.exact_lanes import available as exact_available
-from ptnumba_codegen.lowering.vector_math import target_isa
+from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
+from ptnumba_codegen.lowering.vecmath.libmvec import target_isa
 
 pytestmark = pytest.mark.skipif(target_isa() is None, reason="no AVX2 / AVX-512 target")
 
@@ -99,7 +99,7 @@ def test_bodies_without_vector_calls_keep_the_stock_calls():
     budget, no vector calls) the plan keeps stock's emitters, unless a lane call is exact
     vector code itself (exact_lanes: libm's exp), which pays alone."""
     from conftest import policy_nodes
-    from ptnumba_codegen.kernels import plan_node
+    from ptnumba_codegen.backend.plans import plan_node
 
     x = pt.vector("x")
     per_lane = {k: f for k, f in FUNCS.items() if k not in ("exp", "sigmoid", "softplus")}

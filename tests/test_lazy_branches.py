@@ -10,11 +10,11 @@ import pytest
 
 import ptnumba_codegen
 from conftest import compile_fn
-from ptnumba_codegen.kernels import plan_node
+from ptnumba_codegen.backend.plans import plan_node
 from ptnumba_codegen.lowering import lazy_branches
 from ptnumba_codegen.lowering.lazy_branches import ALWAYS, needed_when
-from ptnumba_codegen.ops import is_policy_op
-from ptnumba_codegen.program import from_scalar_op
+from ptnumba_codegen.backend.ops import is_policy_op
+from ptnumba_codegen.analysis.program import from_scalar_op
 
 
 def _censored_like():

@@ -10,7 +10,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 import ptnumba_codegen
 from conftest import policy_nodes
-from ptnumba_codegen.ops import is_policy_op
+from ptnumba_codegen.backend.ops import is_policy_op
 
 
 def graph():
@@ -24,7 +24,7 @@ def elemwise_nodes(fn):
 
 
 def test_tag_is_only_policy_codegen():
-    from ptnumba_codegen.rewrite import AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME
+    from ptnumba_codegen.modes import AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME
 
     ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten"}
     assert set(optdb.__db__["policy_codegen"]) == {optdb[name] for name in ours}

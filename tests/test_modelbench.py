@@ -17,10 +17,10 @@ import pytensor.tensor as pt
 import pytest
 
 import ptnumba_codegen
-from ptnumba_codegen import bench
-from ptnumba_codegen import modelbench as mb
-from ptnumba_codegen import models as catalogue
-from ptnumba_codegen.lowering.exact_lanes import available as exact_available
+from ptnumba_codegen.tools import bench
+from ptnumba_codegen.tools import modelbench as mb
+from ptnumba_codegen.tools import models as catalogue
+from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
 
 needs_pymc = pytest.mark.skipif(not catalogue.pymc_available(), reason="pymc is not installed")
 N = 50

@@ -24,8 +24,8 @@ nutpie = pytest.importorskip("nutpie")
 pytest.importorskip("pymc")
 
 import ptnumba_codegen  # noqa: E402
-from ptnumba_codegen.lowering.split_runtime import split_launches  # noqa: E402
-from ptnumba_codegen.ops import is_policy_op  # noqa: E402
+from ptnumba_codegen.runtime.threads import split_launches  # noqa: E402
+from ptnumba_codegen.backend.ops import is_policy_op  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # rows: full sums split in blocks of 16384 elements (lowering/parallel.py), so >= 2 blocks

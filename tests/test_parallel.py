@@ -284,7 +284,7 @@ def test_row_vectors_split_along_their_long_axis(policies):
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
 def test_the_first_eligible_call_runs_on_one_thread_and_the_second_split(policies):
-    from ptnumba_codegen.lowering.split_runtime import split_launches
+    from ptnumba_codegen.runtime.threads import split_launches
 
     # constants no other test uses: a kernel of its own, with fresh statistics
     fn = compiled("measured", _vec3(lambda x, y, z: x * 1.2345 + y * z - 6.789), policies["split"], "split")
@@ -305,13 +305,13 @@ def test_numbas_openmp_pool_spins_briefly_unless_the_user_chose(preset):
     import subprocess
     import sys
 
-    from ptnumba_codegen.lowering.split_runtime import OMP_SPIN_COUNT
+    from ptnumba_codegen.runtime.threads import OMP_SPIN_COUNT
 
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     if preset is not None:
         env["GOMP_SPINCOUNT"] = preset
     code = (
-        "import os, numba, ptnumba_codegen.lowering.split_runtime as r\n"
+        "import os, numba, ptnumba_codegen.runtime.threads as r\n"
         "assert r.ensure_threading()\n"
         "print(numba.threading_layer(), os.environ.get('GOMP_SPINCOUNT'))\n"
     )

@@ -1,4 +1,4 @@
-"""Forward intervals (`ptnumba_codegen.ranges`, `graph_ranges`): a predicate fixed on a
+"""Forward intervals (`ptnumba_codegen.analysis.ranges`, `graph_ranges`): a predicate fixed on a
 value's interval needs only the value's NaN pattern. What it buys: PyMC's Categorical
 checks ``0 <= p <= 1`` and ``|sum(p) - 1| <= 1e-5`` on softmax rows leave the exps free.
 What it must never do: decide differently from stock strict -- at ties, at the
@@ -16,18 +16,18 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, policy_nodes
-from ptnumba_codegen.analysis import analyze
-from ptnumba_codegen.kernels import plan_node
-from ptnumba_codegen.lowering.vector_math import vector_call_available
-from ptnumba_codegen.program import from_scalar_op
-from ptnumba_codegen.ranges import (
+from ptnumba_codegen.analysis.classify import analyze
+from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.lowering.vecmath.libmvec import vector_call_available
+from ptnumba_codegen.analysis.program import from_scalar_op
+from ptnumba_codegen.analysis.ranges import (
     Reduced,
     program_ranges,
     reduced_range,
     reduction_needs,
     settle,
 )
-from ptnumba_codegen.robust import EXACT, NAN, cmp
+from ptnumba_codegen.analysis.robust import EXACT, NAN, cmp
 
 INF = math.inf
 needs_vm = pytest.mark.skipif(not vector_call_available("exp", "float64"), reason="no libmvec / AVX2")
@@ -242,7 +242,7 @@ def test_categorical_checks_that_depend_on_rounding_keep_exp_strict(variant, why
 def test_a_scatter_add_output_holds_the_targets_values_not_the_bodys():
     """``inc_subtensor(t[idx], exp(x))`` is t plus exps: no [0, inf] interval for it, so a
     decision on it (``>= 0``, a tie when t = -exp(x)) keeps exp strict."""
-    from ptnumba_codegen.graph_ranges import graph_facts
+    from ptnumba_codegen.analysis.graph_ranges import graph_facts
 
     x, t, idx = pt.vector("x"), pt.vector("t"), pt.lvector("idx")
     out = pt.inc_subtensor(t[idx], pt.exp(x))
@@ -263,7 +263,7 @@ def test_a_scatter_add_output_holds_the_targets_values_not_the_bodys():
 def test_no_nan_pattern_passes_through_ops_whose_strict_flags_drop_nan_semantics(tmp_path):
     """Under a policy whose comparison-sensitive class carries ``nnan``, a strict Sub may
     fold away the NaN it would pass on: its operands are needed exactly again."""
-    from ptnumba_codegen.analysis import relaxable_under
+    from ptnumba_codegen.analysis.classify import relaxable_under
     from ptnumba_codegen.policy import load_policy
 
     path = tmp_path / "nnan_strict.toml"

@@ -1,4 +1,4 @@
-"""Robust decisions (`ptnumba_codegen.robust`): a decision whose outcome cannot depend on
+"""Robust decisions (`ptnumba_codegen.analysis.robust`): a decision whose outcome cannot depend on
 how its producer rounds leaves the producer free (vectorized), and still equals stock
 strict element for element. Every row of the table is checked at its boundaries: special
 values, the underflow/overflow thresholds of libm, their ulp neighbours, random inputs.
@@ -12,12 +12,12 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, policy_nodes
-from ptnumba_codegen.analysis import analyze
-from ptnumba_codegen.kernels import plan_node
-from ptnumba_codegen.lowering.vector_math import vector_call_available
+from ptnumba_codegen.analysis.classify import analyze
+from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.lowering.vecmath.libmvec import vector_call_available
 from ptnumba_codegen.policy import load_policy
-from ptnumba_codegen.program import from_scalar_op
-from ptnumba_codegen.robust import RULES
+from ptnumba_codegen.analysis.program import from_scalar_op
+from ptnumba_codegen.analysis.robust import RULES
 
 F = "float64"
 
@@ -26,7 +26,7 @@ def classes(inputs, outputs, policy=None):
     prog = from_scalar_op(ps.Composite(inputs, outputs), [i.type.dtype for i in inputs])
     relax = None
     if policy is not None:
-        from ptnumba_codegen.analysis import relaxable_under
+        from ptnumba_codegen.analysis.classify import relaxable_under
 
         relax = relaxable_under(prog, policy)
     result = analyze(prog, (), relax)

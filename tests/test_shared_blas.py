@@ -19,8 +19,8 @@ import pytest
 
 import ptnumba_codegen
 from conftest import compile_fn
-from ptnumba_codegen.lowering import shared_blas
-from ptnumba_codegen.lowering.split_runtime import ensure_threading
+from ptnumba_codegen.runtime import shared_blas
+from ptnumba_codegen.runtime.threads import ensure_threading
 
 pytestmark = pytest.mark.skipif(
     not (ensure_threading() and shared_blas.blas_pool_shared()),
@@ -113,7 +113,7 @@ def test_a_forked_child_runs_blas_on_its_own_thread():
 @contextlib.contextmanager
 def unshared():
     """OpenBLAS with its own threads again, for the duration."""
-    from ptnumba_codegen.lowering.split_runtime import BLAS_CALLBACK, _STATE
+    from ptnumba_codegen.runtime.threads import BLAS_CALLBACK, _STATE
 
     shared_blas.unshare_blas_pool()
     try:

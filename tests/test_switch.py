@@ -9,7 +9,7 @@ from pytensor.compile.mode import NUMBA, Mode
 
 import ptnumba_codegen
 from conftest import policy_nodes
-from ptnumba_codegen.rewrite import AS_WRITTEN, KERNELS, REGISTERED
+from ptnumba_codegen.modes import AS_WRITTEN, KERNELS, REGISTERED
 from test_as_written import AV, CV, MAINT_BV, MAINT_EXPECTED
 from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_graph
 

@@ -12,10 +12,10 @@ import pytest
 
 import ptnumba_codegen
 from conftest import assert_same_bits, compile_fn, final_ir, policy_nodes
-from ptnumba_codegen import accuracy
-from ptnumba_codegen.kernels import plan_node
-from ptnumba_codegen.lowering.vector_math import FORMULA_ULP
-from ptnumba_codegen.lowering.vector_math import ulp_bound, vector_call_available
+from ptnumba_codegen.tools import accuracy
+from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.lowering.vecmath.libmvec import FORMULA_ULP
+from ptnumba_codegen.lowering.vecmath.libmvec import ulp_bound, vector_call_available
 
 pytestmark = pytest.mark.skipif(
     not vector_call_available("exp", "float64"), reason="no libmvec / AVX2 on this machine"
@@ -242,7 +242,7 @@ def test_comparison_cone_keeps_scalar_libm():
 _TARGET_SCRIPT = """
 import hashlib, re, sys, numpy as np, pytensor, pytensor.tensor as pt
 import ptnumba_codegen
-from ptnumba_codegen.lowering import vector_math
+from ptnumba_codegen.lowering.vecmath import libmvec as vector_math
 if sys.argv[1] == "nolibmvec":
     vector_math.libmvec_loaded.cache_clear()
     vector_math.libmvec_loaded = lambda: False
@@ -394,7 +394,7 @@ def test_saturated_exp_lanes_get_libms_bits(dtype):
     """Lanes where exp is exactly +0 or +inf (-inf, log(0) inputs, deep underflow) get the
     result by a select, off libmvec's slow callout (`vector_math._SATURATED`); at and
     around the select's bounds every lane equals stock strict bit for bit."""
-    from ptnumba_codegen.lowering.vector_math import _SATURATED
+    from ptnumba_codegen.lowering.vecmath.libmvec import _SATURATED
 
     (below, _), (above, _) = _SATURATED[("exp", dtype)]
     ulps = np.arange(-200, 201)

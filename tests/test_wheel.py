@@ -34,7 +34,7 @@ CHILD = textwrap.dedent(
     warnings.filterwarnings("ignore")
     import pytensor
     import ptnumba_codegen
-    from ptnumba_codegen.demo import seed_graph, seed_values
+    from ptnumba_codegen.tools.demo import seed_graph, seed_values
     from ptnumba_codegen.policy import load_policy, preset_dir, preset_names
 
     (inputs, out), values = seed_graph(), seed_values()

@@ -21,7 +21,7 @@ from test_seed_and_ir import YV as SEED_YV
 from test_seed_and_ir import ZV as SEED_ZV
 from irtools import parse
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
-from ptnumba_codegen.ops import is_policy_op
+from ptnumba_codegen.backend.ops import is_policy_op
 
 KERNEL_TYPES = (Elemwise, FusedElemwise, ScalarizedElemwise, CAReduce, ScalarCAReduce, ScalarOp)
 
@@ -195,7 +195,7 @@ def _equal_decisions_and_values(fn, ins, outs, key):
 
 def test_indexed_fused_elemwise_runs_our_core_in_the_stock_loop():
     """An indexed kernel of plain arithmetic: the stock indexed loop, our scalar core."""
-    from ptnumba_codegen.kernels import plan_node
+    from ptnumba_codegen.backend.plans import plan_node
 
     ins, outs = _indexed_graph(transcendental=False)
     fn = compile_fn(ins, outs, "policy_default", cache_key="indexed_arith")
@@ -215,8 +215,8 @@ def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch
     (`indexed_split`): gather, vectorized policy kernel, policy reductions, scatter-add.
     Its decisions and values are stock strict's; the scatter-add (rows 3 four times, in
     order) and every element bit for bit those of the fused indexed loop."""
-    from ptnumba_codegen import indexed_split
-    from ptnumba_codegen.kernels import plan_node
+    from ptnumba_codegen.backend import indexed_parts as indexed_split
+    from ptnumba_codegen.backend.plans import plan_node
 
     ins, outs = _indexed_graph(transcendental=True)
     fn = compile_fn(ins, outs, "policy_default", cache_key="indexed")
@@ -265,7 +265,7 @@ def test_indexed_writes_with_moved_axes_keep_the_fused_loop(target_shape, val_sh
     that inner graph does not run as is (numba's inc cannot broadcast it): such a kernel
     keeps the stock indexed loop (`indexed_split.SPLIT_WHEN`); one whose value covers
     them is split. Both equal stock strict."""
-    from ptnumba_codegen.kernels import plan_node
+    from ptnumba_codegen.backend.plans import plan_node
 
     rng = np.random.default_rng(42)
     idx = rng.integers(target_shape[-1], size=10).astype(np.int64)

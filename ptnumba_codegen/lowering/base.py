@@ -1,9 +1,11 @@
-"""Shared vocabulary of the lowering: the typed view of one instruction, the
-``Unsupported`` signal that makes a node fall back, and dtype -> numba type."""
+"""Shared vocabulary of the lowering: the typed view of one instruction, the typed
+emitter and rule, the ``Unsupported`` signal that makes a node fall back, and dtype ->
+numba type."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 
 import numba
@@ -16,7 +18,55 @@ class Unsupported(Exception):
     """The generator cannot lower this; the node falls back to the stock implementation."""
 
 
-Emitter = Callable[..., list]  # (context, builder, args, flags) -> output values
+@dataclass(frozen=True, eq=False)
+class Emitter:
+    """One planned instruction: ``emit(context, builder, args, flags) -> output values``,
+    with the facts the body planner, the guards and explain read. A wrapper changes the
+    emit function with `wrapped`, which keeps every fact (and wraps the alternative forms)."""
+
+    emit: Callable[..., list]
+    label: str | None = None  # a vector call, vector formula or lane calls (explain, guards)
+    without_lanes: Emitter | None = None  # the same bits without lane calls
+    pays_alone: bool = False  # its lane calls run as exact vector code
+    scalar_form: Emitter | None = None  # scalar libm, for loops that cannot vectorize
+    stock_key: tuple | None = None  # (cache key, fastmath) of the stock function it calls
+    inner_stock_keys: tuple = ()  # stock functions called by an inner body (ScalarLoop)
+
+    def __call__(self, context, builder, args, flags) -> list:
+        return self.emit(context, builder, args, flags)
+
+    def wrapped(self, wrap: Callable[[Callable[..., list]], Callable[..., list]]) -> Emitter:
+        """This emitter with ``wrap(emit)`` as its emit function, in every form it has."""
+        return dataclasses.replace(
+            self,
+            emit=wrap(self.emit),
+            without_lanes=None if self.without_lanes is None else self.without_lanes.wrapped(wrap),
+            scalar_form=None if self.scalar_form is None else self.scalar_form.wrapped(wrap),
+        )
+
+    @property
+    def calls_stock(self) -> bool:
+        """It calls a stock function (opaque to the loop vectorizer)."""
+        return self.stock_key is not None or bool(self.inner_stock_keys)
+
+    def lanes_dropped(self) -> Emitter:
+        return self if self.without_lanes is None else self.without_lanes
+
+    def scalar(self) -> Emitter:
+        return self if self.scalar_form is None else self.scalar_form
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """A row of the lowering table: ``plan(typed) -> Emitter`` (typing problems raise
+    `Unsupported`), its kind (explain, tests) and whether it has several outputs."""
+
+    plan: Callable[[Typed], Emitter]
+    kind: str
+    multi_output: bool = False
+
+    def __call__(self, t: Typed) -> Emitter:
+        return self.plan(t)
 
 
 @dataclass(frozen=True)

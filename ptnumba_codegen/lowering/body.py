@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from ptnumba_codegen.analysis import analyze, relaxable_under
+from ptnumba_codegen.analysis.classify import analyze, relaxable_under
 from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
 from ptnumba_codegen.lowering.guards import branch_guards, emission_order
 from ptnumba_codegen.lowering.lazy_branches import condition_values, emit_lazily, lazy_guards
 from ptnumba_codegen.lowering.rules import plan_instr
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.policy import Policy
-from ptnumba_codegen.program import Program
+from ptnumba_codegen.analysis.program import Program
 
 
 @dataclass(frozen=True)
@@ -31,16 +31,16 @@ class PlannedBody:
 
     @property
     def uses_vector_math(self) -> bool:
-        return any(getattr(e, "label", None) for e in self.emitters)
+        return any(e.label for e in self.emitters)
 
     @property
     def stock_keys(self) -> tuple:
         """Cache keys of the stock functions this body calls (``None`` inside: uncacheable)."""
         keys = []
         for e in self.emitters:
-            if hasattr(e, "stock_key"):
+            if e.stock_key is not None:
                 keys.append(e.stock_key)
-            keys.extend(getattr(e, "inner_stock_keys", ()))
+            keys.extend(e.inner_stock_keys)
         return tuple(keys)
 
     @property
@@ -56,29 +56,29 @@ class PlannedBody:
 def _lanes_where_they_pay(emitters: list) -> list:
     """Lane calls (`lane_calls`) only in bodies that also call vector functions: they let
     such a loop vectorize; in a body of scalar libm calls alone the stock call is as fast
-    or faster (exp(x)*y+z under strict: 10% slower lane by lane). Same bits either way.
+    or faster (figures: docs/benchmarks.md). Same bits either way.
     A lane call that runs as exact vector code (`exact_lanes`, ``pays_alone``) pays alone,
     unless a stock call keeps the loop scalar anyway (`_vectors_where_they_pay`)."""
-    if any(getattr(e, "label", None) and not hasattr(e, "without_lanes") for e in emitters):
+    if any(e.label and e.without_lanes is None for e in emitters):
         return emitters
-    if any(getattr(e, "pays_alone", False) for e in emitters) and not _has_stock_call(emitters):
+    if any(e.pays_alone for e in emitters) and not _has_stock_call(emitters):
         return emitters
-    return [getattr(e, "without_lanes", e) for e in emitters]
+    return [e.lanes_dropped() for e in emitters]
 
 
 def _has_stock_call(emitters: list) -> bool:
-    return any(hasattr(e, "stock_key") or getattr(e, "inner_stock_keys", ()) for e in emitters)
+    return any(e.calls_stock for e in emitters)
 
 
 def _vectors_where_they_pay(emitters: list) -> list:
     """Vector calls only in bodies whose loop can vectorize: a stock call inside (a
     function numba compiled on its own, opaque to the loop vectorizer: erfcx) keeps the
     loop scalar, and a vector function then does a whole vector's work for each element
-    (a censored-normal logp's kernel 16 ms, 12 ms with stock's scalar calls). Such a body
+    (slower than stock's scalar calls; docs/benchmarks.md). Such a body
     gets every transcendental's scalar form (libm, within every budget)."""
     if not _has_stock_call(emitters):
         return emitters
-    return [getattr(e, "scalar_form", e) for e in emitters]
+    return [e.scalar() for e in emitters]
 
 
 def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_facts=()) -> PlannedBody:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pytensor.scalar.basic import Switch
 
-from ptnumba_codegen.program import Program
+from ptnumba_codegen.analysis.program import Program
 
 
 def _exclusive_cone(program: Program, switch_k: int, value: int) -> set[int]:
@@ -49,7 +49,7 @@ def branch_guards(program: Program, emitters) -> dict[int, tuple[int, bool]]:
         cond = instr.inputs[0]
         for position, when_true in ((1, True), (2, False)):
             for p in _exclusive_cone(program, k, instr.inputs[position]):
-                if getattr(emitters[p], "label", None) and p not in guards:  # a vector call
+                if emitters[p].label and p not in guards:  # a vector call
                     guards[p] = (cond, when_true)
     return guards
 

@@ -30,8 +30,8 @@ from numpy.lib.stride_tricks import as_strided
 from ptnumba_codegen.lowering.base import numba_type
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
-from ptnumba_codegen.lowering.parallel import emit_chunked, split_decision
-from ptnumba_codegen.lowering.split_runtime import ensure_threading
+from ptnumba_codegen.lowering.chunks import emit_chunked, split_decision
+from ptnumba_codegen.runtime.threads import ensure_threading
 
 KERNEL_JIT_OPTIONS = {
     "fastmath": False,  # explicit: the policy alone decides every flag of this kernel

@@ -19,8 +19,8 @@ from __future__ import annotations
 from llvmlite import ir
 from pytensor.scalar.basic import Switch
 
-from ptnumba_codegen.analysis import is_transcendental
-from ptnumba_codegen.program import Program
+from ptnumba_codegen.analysis.classify import is_transcendental
+from ptnumba_codegen.analysis.program import Program
 
 # A formula: frozenset of terms (OR), each a frozenset of (condition value id, polarity)
 # literals (AND). ALWAYS is the formula with one empty term.
@@ -86,7 +86,7 @@ def _depends_on(program: Program, producer: dict, value: int, k: int) -> bool:
 
 
 def _expensive(program: Program, k: int, emitter) -> bool:
-    return hasattr(emitter, "stock_key") or is_transcendental(program.instrs[k].op)
+    return emitter.stock_key is not None or is_transcendental(program.instrs[k].op)
 
 
 def _scalar_results(program: Program, k: int) -> bool:
@@ -96,7 +96,7 @@ def _scalar_results(program: Program, k: int) -> bool:
 # why an instruction is computed lazily: (predicate(program, k, emitter, emitters), reason); all hold
 LAZY_WHEN = (
     (
-        lambda program, k, e, emitters: not any(getattr(x, "label", None) for x in emitters),
+        lambda program, k, e, emitters: not any(x.label for x in emitters),
         "the loop stays scalar: no vector call in the body (a branch would stop a vectorized one)",
     ),
     (lambda program, k, e, emitters: _expensive(program, k, e), "it is a call (stock or a transcendental)"),

@@ -18,6 +18,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
 from pytensor.link.numba.dispatch.vectorize_codegen import compute_itershape
+from pytensor.scalar import basic as ps
+from pytensor.tensor.math import MulWithoutZeros
 
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.lowering.visit_order import (
@@ -128,31 +130,49 @@ def _item_pointer(context, builder, array, array_type, indices, static=None):
 
 
 def combine(builder, op: str, ty: types.Type, left, right, keyed: bool = False):
-    """One accumulation step with stock semantics (max/min propagate NaN).
+    """One accumulation step with stock semantics (max/min propagate NaN): `REDUCERS`' row."""
+    reducer = REDUCERS.get(op)
+    if reducer is None:
+        raise NotImplementedError(op)
+    return reducer.step(builder, ty, left, right, keyed)
 
-    A float max/min is stock's select (``right`` only if larger, or NaN: the first of
+
+def _arith(float_op: str, int_op: str):
+    def step(builder, ty, left, right, keyed):
+        return getattr(builder, float_op if isinstance(ty, types.Float) else int_op)(left, right)
+
+    return step
+
+
+def _mul_without_zeros(builder, ty, left, right, keyed):
+    """stock: zeros are skipped (the product of the non-zeros)"""
+    is_float = isinstance(ty, types.Float)
+    zero = ir.Constant(left.type, 0.0 if is_float else 0)
+    is_zero = (lambda v: builder.fcmp_ordered("==", v, zero)) if is_float else (lambda v: builder.icmp_signed("==", v, zero))
+    prod = builder.fmul(left, right) if is_float else builder.mul(left, right)
+    return builder.select(is_zero(left), right, builder.select(is_zero(right), left, prod))
+
+
+def _bitwise(name: str):
+    def step(builder, ty, left, right, keyed):
+        return getattr(builder, name)(left, right)
+
+    return step
+
+
+def _zero_key(builder, ty, left, right, keyed):
+    """the first zero seen (visit_order): the smallest key, unsigned"""
+    return builder.select(builder.icmp_unsigned("<", right, left), right, left)
+
+
+def _extremum(op: str):
+    """A float max/min is stock's select (``right`` only if larger, or NaN: the first of
     equal values wins), or, ``keyed``, ``llvm.maximum``/``minimum``: its value, with the
     sign of a zero result restored from a zero key (``with_zero_keys``)."""
-    is_float = isinstance(ty, types.Float)
-    if op == "Add":
-        return builder.fadd(left, right) if is_float else builder.add(left, right)
-    if op == "Mul":
-        return builder.fmul(left, right) if is_float else builder.mul(left, right)
-    if op == "MulWithoutZeros":  # stock: zeros are skipped (the product of the non-zeros)
-        zero = ir.Constant(left.type, 0.0 if is_float else 0)
-        is_zero = (lambda v: builder.fcmp_ordered("==", v, zero)) if is_float else (lambda v: builder.icmp_signed("==", v, zero))
-        prod = builder.fmul(left, right) if is_float else builder.mul(left, right)
-        return builder.select(is_zero(left), right, builder.select(is_zero(right), left, prod))
-    if op == "AND":
-        return builder.and_(left, right)
-    if op == "OR":
-        return builder.or_(left, right)
-    if op == "XOR":
-        return builder.xor(left, right)
-    if op == "ZeroKey":  # the first zero seen (visit_order): the smallest key, unsigned
-        return builder.select(builder.icmp_unsigned("<", right, left), right, left)
-    if op in ("Maximum", "Minimum"):
-        cmp = "<" if op == "Maximum" else ">"
+    cmp = "<" if op == "Maximum" else ">"
+
+    def step(builder, ty, left, right, keyed):
+        is_float = isinstance(ty, types.Float)
         if is_float and keyed:
             # IEEE-754-2019 maximum/minimum: NaN-propagating, exact, and LLVM vectorizes
             # their reductions. They differ from stock's select only in the sign of a
@@ -167,7 +187,8 @@ def combine(builder, op: str, ty: types.Type, left, right, keyed: bool = False):
         else:
             take = builder.icmp_signed(cmp, left, right)
         return builder.select(take, right, left)
-    raise NotImplementedError(op)
+
+    return step
 
 
 def _min_max_intrinsic(module, op: str, ty):
@@ -178,9 +199,37 @@ def _min_max_intrinsic(module, op: str, ty):
     return fn
 
 
+@dataclass(frozen=True)
+class Reducer:
+    """A row of `REDUCERS`: how one accumulation step is emitted, and what its result
+    depends on."""
+
+    step: Callable  # (builder, numba type, accumulator, value, keyed) -> new accumulator
+    scalar_ops: tuple[type, ...] = ()  # the scalar ops of reductions lowered with it
+    order_free: bool = False  # the result does not depend on the operands' order (max/min with their zero key)
+    extremum: bool = False  # max/min: a float one gets a zero key (`with_zero_keys`)
+    rounds_in_order: bool = False  # a float sum/product: rounds in visit order unless reassoc
+
+
+# Reduce.op -> its reducer (ZeroKey: the hidden key of a float max/min, `with_zero_keys`)
+REDUCERS: dict[str, Reducer] = {
+    "Add": Reducer(_arith("fadd", "add"), (ps.Add,), rounds_in_order=True),
+    "Mul": Reducer(_arith("fmul", "mul"), (ps.Mul,), rounds_in_order=True),
+    "MulWithoutZeros": Reducer(_mul_without_zeros, (MulWithoutZeros,), rounds_in_order=True),
+    "Maximum": Reducer(_extremum("Maximum"), (ps.Maximum, ps.ScalarMaximum), order_free=True, extremum=True),
+    "Minimum": Reducer(_extremum("Minimum"), (ps.Minimum, ps.ScalarMinimum), order_free=True, extremum=True),
+    "AND": Reducer(_bitwise("and_"), (ps.AND,), order_free=True),
+    "OR": Reducer(_bitwise("or_"), (ps.OR,), order_free=True),
+    "XOR": Reducer(_bitwise("xor"), (ps.XOR,), order_free=True),
+    "ZeroKey": Reducer(_zero_key, order_free=True),
+}
+
+# the scalar op class of a reduction (exactly) -> its Reduce.op
+SCALAR_REDUCERS: dict[type, str] = {cls: name for name, r in REDUCERS.items() for cls in r.scalar_ops}
+
 # Accumulations whose result does not depend on the order of the operands (max/min with
 # their zero key).
-ORDER_FREE = ("Maximum", "Minimum", "AND", "OR", "XOR", "ZeroKey")
+ORDER_FREE = tuple(name for name, r in REDUCERS.items() if r.order_free)
 
 
 def with_zero_keys(spec: LoopSpec) -> tuple[LoopSpec, dict[int, int]]:
@@ -198,7 +247,7 @@ def with_zero_keys(spec: LoopSpec) -> tuple[LoopSpec, dict[int, int]]:
     long_axes = [d for d in range(spec.ndim) if not all(bc[d] for bc in arrays)]
     bcs, dtypes, reduces = list(spec.output_bc), list(spec.output_dtypes), list(spec.reduces)
     for i, red in enumerate(spec.reduces):
-        if red is None or red.op not in ("Maximum", "Minimum") or np.dtype(red.acc_dtype).kind != "f":
+        if red is None or not REDUCERS[red.op].extremum or np.dtype(red.acc_dtype).kind != "f":
             continue
         if red.scalar_acc or (long_axes and long_axes[-1] in red.axes):
             keys[len(dtypes)] = i
@@ -217,7 +266,7 @@ def stock_order_slots(spec: LoopSpec) -> tuple[int, ...]:
     if spec.visit != "careduce" or spec.reduces is None:
         return ()
     red = spec.reduces[0]  # a CAReduce has one (plus its zero key for max/min)
-    if red.op not in ("Add", "Mul", "MulWithoutZeros") or np.dtype(red.acc_dtype).kind != "f":
+    if not REDUCERS[red.op].rounds_in_order or np.dtype(red.acc_dtype).kind != "f":
         return ()
     if "reassoc" in red.flags:
         return ()
@@ -248,7 +297,7 @@ def blockable(red: Reduce) -> bool:
     integer add/mul), or a float accumulation the policy lets reassociate."""
     if not red.scalar_acc:
         return False
-    if red.op in ORDER_FREE or np.dtype(red.acc_dtype).kind in "iub":
+    if REDUCERS[red.op].order_free or np.dtype(red.acc_dtype).kind in "iub":
         return True
     return "reassoc" in red.flags
 

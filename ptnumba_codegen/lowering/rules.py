@@ -9,7 +9,7 @@ the stock backend with ``numba__fastmath=False``; only the flags differ.
 Rule kinds:
 
 * `ufunc` – the numpy ufunc loop numba itself selects (inline IR; flags set by the stamp),
-  or its libmvec variant when the policy allows (see ``vector_math``);
+  or its libmvec variant when the policy allows (see ``vecmath.libmvec``);
 * `nary` – a left-associated chain of a Python operator (Add, Mul);
 * `python` – a small Python function (stock's own formula, ``formulas``), compiled as a
   numba subroutine with exactly the node's flags, which LLVM then inlines;
@@ -23,6 +23,7 @@ ufunc).
 from __future__ import annotations
 
 import operator
+import dataclasses
 from collections.abc import Callable
 
 import numba
@@ -35,9 +36,11 @@ from numba.np.math import mathimpl
 from numba.np.numpy_support import ufunc_find_matching_loop
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
+from pytensor.scalar.loop import ScalarLoop
 
-from ptnumba_codegen.lowering.base import Emitter, Typed, Unsupported, numba_type, typing_context
+from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
+from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.lowering.formulas import (
     _floor_divide_float,
     _around,
@@ -54,19 +57,19 @@ from ptnumba_codegen.lowering.formulas import (
     _softplus_uint,
     _uint_sign,
 )
-from ptnumba_codegen.lowering.exact_lanes import available as exact_available
-from ptnumba_codegen.lowering.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
-from ptnumba_codegen.lowering.vector_math import (
+from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
+from ptnumba_codegen.lowering.vecmath.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
+from ptnumba_codegen.lowering.vecmath.libmvec import (
     FORMULA_ULP,
-    _erf_formula,
-    _digamma_formula,
-    _erfc_formula,
-    _lgamma_formula,
-    _log1mexp_formula,
-    _pow_formula,
-    _sigmoid_formula,
-    _softplus_formula,
-    _trigamma_formula,
+    erf_formula,
+    digamma_formula,
+    erfc_formula,
+    lgamma_formula,
+    log1mexp_formula,
+    pow_formula,
+    sigmoid_formula,
+    softplus_formula,
+    trigamma_formula,
     emit_vector,
     vector_dtype,
     vector_form,
@@ -130,7 +133,7 @@ def _find_loop(np_ufunc, t: Typed):
         raise Unsupported(f"no numba loop for {np_ufunc.__name__}{t.inputs}: {err}") from None
 
 
-def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
+def ufunc(np_ufunc, vector: str | None = None) -> Rule:
     """Lower through numba's loop of this ufunc for the graph's dtypes (``_find_loop``).
 
     ``vector`` names the libmvec function this ufunc may be lowered to (see vector_dtype).
@@ -159,20 +162,18 @@ def ufunc(np_ufunc, vector: str | None = None) -> Callable[[Typed], Emitter]:
 
             return emit
 
-        emit = emit_with(bool(ldtype))
-        emit.label = f"libmvec {vector} ({vdtype})" if vdtype else f"libm lanes {vector} ({ldtype})" if ldtype else None
-        if ldtype:
-            emit.without_lanes = emit_with(False)
-            emit.pays_alone = exact_available(LIBM[vector][ldtype == "float64"], ldtype)
-        if vdtype:
-            emit.scalar_form = emit_with(False, vectors=False)  # numba's loop: scalar libm
-        return emit
+        return Emitter(
+            emit_with(bool(ldtype)),
+            label=f"libmvec {vector} ({vdtype})" if vdtype else f"libm lanes {vector} ({ldtype})" if ldtype else None,
+            without_lanes=Emitter(emit_with(False)) if ldtype else None,
+            pays_alone=bool(ldtype) and exact_available(LIBM[vector][ldtype == "float64"], ldtype),
+            scalar_form=Emitter(emit_with(False, vectors=False)) if vdtype else None,  # numba's loop: scalar libm
+        )
 
-    plan.kind = f"ufunc:{np_ufunc.__name__}"
-    return plan
+    return Rule(plan, f"ufunc:{np_ufunc.__name__}")
 
 
-def nary(py_operator) -> Callable[[Typed], Emitter]:
+def nary(py_operator) -> Rule:
     """``x0 op x1 op x2 ...`` associated left to right, typed like numba types Python."""
 
     def plan(t: Typed) -> Emitter:
@@ -197,10 +198,9 @@ def nary(py_operator) -> Callable[[Typed], Emitter]:
                 )
             return [_cast(context, builder, val, acc, t.outputs[0])]
 
-        return emit
+        return Emitter(emit)
 
-    plan.kind = f"nary:{py_operator.__name__}"
-    return plan
+    return Rule(plan, f"nary:{py_operator.__name__}")
 
 
 _SUBROUTINES: dict = {}
@@ -227,7 +227,7 @@ def call_python(context, builder, impl, arg_types, args, flags, error_model="num
     return context.call_internal(builder, cres.fndesc, cres.signature, args), cres.signature.return_type
 
 
-def python(impl, force_strict: Callable[[Typed], bool] | None = None, for_input=None) -> Callable[[Typed], Emitter]:
+def python(impl, force_strict: Callable[[Typed], bool] | None = None, for_input=None) -> Rule:
     """Lower by compiling ``impl`` (a small numba-compilable function) with the node's flags.
 
     ``for_input`` (optional) builds the function from the first input's numba type instead.
@@ -241,23 +241,21 @@ def python(impl, force_strict: Callable[[Typed], bool] | None = None, for_input=
             res, res_ty = call_python(context, builder, fn, t.inputs, args, () if strict else flags)
             return [_cast(context, builder, res, res_ty, t.outputs[0])]
 
-        return emit
+        return Emitter(emit)
 
-    plan.kind = f"python:{getattr(impl, '__name__', 'fn')}"
-    return plan
+    return Rule(plan, f"python:{impl.__name__ if impl is not None else 'fn'}")
 
 
-def _simple(name: str, fn: Callable) -> Callable[[Typed], Emitter]:
+def _simple(name: str, fn: Callable) -> Rule:
     """A rule emitting IR directly with ``fn(context, builder, t, args) -> value``."""
 
     def plan(t: Typed) -> Emitter:
         def emit(context, builder, args, flags):
             return [fn(context, builder, t, args)]
 
-        return emit
+        return Emitter(emit)
 
-    plan.kind = name
-    return plan
+    return Rule(plan, name)
 
 
 def _is_uint(t: Typed) -> bool:
@@ -276,7 +274,7 @@ def _switch(context, builder, t, args):
     return builder.select(cond, x, y)
 
 
-def _float_minmax(cmp: str, np_ufunc):
+def _float_minmax(cmp: str, np_ufunc) -> Rule:
     """maximum/minimum with numpy's semantics (the first NaN wins, ties keep the first
     argument) in one select: ``(a cmp b) or isnan(a) ? a : b`` -- the same result as
     numba's three-select emitter for every input, bit for bit, in fewer instructions."""
@@ -292,10 +290,9 @@ def _float_minmax(cmp: str, np_ufunc):
             take_a = builder.or_(builder.fcmp_ordered(cmp, a, b), builder.fcmp_unordered("uno", a, a))
             return [builder.select(take_a, a, b)]
 
-        return emit
+        return Emitter(emit)
 
-    plan.kind = f"select:{np_ufunc.__name__}"
-    return plan
+    return Rule(plan, f"select:{np_ufunc.__name__}")
 
 
 def _reciprocal(context, builder, t, args):
@@ -316,7 +313,7 @@ def _second(context, builder, t, args):
     return _cast(context, builder, args[1], t.inputs[1], t.outputs[0])
 
 
-def in_output_dtype(rule, applies: Callable[[Typed], bool] | None = None):
+def in_output_dtype(rule: Rule, applies: Callable[[Typed], bool] | None = None) -> Rule:
     """Compute a float result in its own dtype: other inputs are cast to it first.
 
     PyTensor's rule (``Elemwise.prepare_node`` gives numpy ``sig=`` so; the py linker
@@ -336,29 +333,36 @@ def in_output_dtype(rule, applies: Callable[[Typed], bool] | None = None):
             return rule(t)
         inner = rule(Typed((out,) * len(t.inputs), t.outputs, t.flags, t.klass, t.policy, t.op))
 
-        def emit(context, builder, args, flags):
-            cast = [_cast(context, builder, a, f, out) for a, f in zip(args, t.inputs, strict=True)]
-            return inner(context, builder, cast, flags)
+        def cast_first(emit_inner):
+            def emit(context, builder, args, flags):
+                cast = [_cast(context, builder, a, f, out) for a, f in zip(args, t.inputs, strict=True)]
+                return emit_inner(context, builder, cast, flags)
 
-        for attr in ("label", "stock_key", "inner_stock_keys"):
-            if hasattr(inner, attr):
-                setattr(emit, attr, getattr(inner, attr))
-        return emit
+            return emit
 
-    plan.kind = rule.kind
-    return plan
+        return inner.wrapped(cast_first)  # every fact kept (scalar_form, without_lanes, ...)
+
+    return dataclasses.replace(rule, plan=plan)
 
 
 def _float_result(t: Typed) -> str:
     return "float" if isinstance(t.outputs[0], types.Float) else "other"
 
 
-def _stock(t: Typed) -> Emitter:
+def _stock_plan(t: Typed) -> Emitter:
     """The stock backend's function for the instruction's op (see `stock_call`)."""
     return stock_call(t.op)(t)
 
 
-_stock.kind = "stock"
+_stock = Rule(_stock_plan, "stock")
+
+
+def _scalar_loop(t: Typed) -> Emitter:
+    """A ScalarLoop, emitted inline; its inner graph is planned like a kernel body (see
+    `scalar_loop`, imported here when used: it plans its body with `body`, which uses this table)."""
+    from ptnumba_codegen.lowering.scalar_loop import plan_scalar_loop
+
+    return plan_scalar_loop(t)
 
 
 def _lanes(name: str) -> Callable[[Typed], Emitter | None]:
@@ -366,12 +370,11 @@ def _lanes(name: str) -> Callable[[Typed], Emitter | None]:
     return lambda t: stock_formula(name, t)
 
 
-def _pick(plans: dict[str, Callable], choose: Callable[[Typed], str]):
+def _pick(plans: dict[str, Rule], choose: Callable[[Typed], str]) -> Rule:
     def plan(t: Typed) -> Emitter:
         return plans[choose(t)](t)
 
-    plan.kind = "/".join(p.kind for p in plans.values())
-    return plan
+    return Rule(plan, "/".join(p.kind for p in plans.values()))
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -387,7 +390,7 @@ VECTOR_UFUNCS: dict[type, tuple[np.ufunc, str]] = {
     ps.Cos: (np.cos, "cos"),
 }
 
-RULES: dict[type, Callable[[Typed], Emitter]] = {
+RULES: dict[type, Rule] = {
     **{op: ufunc(uf, vector=name) for op, (uf, name) in VECTOR_UFUNCS.items()},
     ps.Add: in_output_dtype(nary(operator.add)),
     ps.Mul: in_output_dtype(nary(operator.mul)),
@@ -402,7 +405,7 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
         _pick(
             {
                 "int": python(_pow, force_strict=_int_exponent),
-                "float": vector_form(python(_pow), ("pow",), None, _pow_formula),
+                "float": vector_form(python(_pow), ("pow",), None, pow_formula),
             },
             lambda t: "int" if _int_exponent(t) else "float",
         ),
@@ -426,7 +429,7 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
             {
                 "uint": python(None, for_input=_sigmoid_uint),
                 "other": vector_form(
-                    python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], _sigmoid_formula, exact=_lanes("sigmoid")
+                    python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], sigmoid_formula, exact=_lanes("sigmoid")
                 ),
             },
             lambda t: "uint" if _is_uint(t) else "other",
@@ -437,20 +440,21 @@ RULES: dict[type, Callable[[Typed], Emitter]] = {
             {
                 "uint": python(None, for_input=_softplus_uint),
                 "other": vector_form(
-                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], _softplus_formula, exact=_lanes("softplus")
+                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], softplus_formula, exact=_lanes("softplus")
                 ),
             },
             lambda t: "uint" if _is_uint(t) else "other",
         )
     ),
     psm.Log1mexp: in_output_dtype(
-        vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], _log1mexp_formula)
+        vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], log1mexp_formula)
     ),
-    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, _lgamma_formula, int_inputs=True),
-    psm.Psi: vector_form(_stock, ("digamma",), None, _digamma_formula, int_inputs=True),
-    psm.TriGamma: vector_form(_stock, ("trigamma",), None, _trigamma_formula, int_inputs=True),
-    psm.Erf: vector_form(python(_erf), ("erf",), None, _erf_formula),
-    psm.Erfc: vector_form(python(_erfc), ("erfc",), None, _erfc_formula),
+    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, lgamma_formula, int_inputs=True),
+    psm.Psi: vector_form(_stock, ("digamma",), None, digamma_formula, int_inputs=True),
+    psm.TriGamma: vector_form(_stock, ("trigamma",), None, trigamma_formula, int_inputs=True),
+    psm.Erf: vector_form(python(_erf), ("erf",), None, erf_formula),
+    psm.Erfc: vector_form(python(_erfc), ("erfc",), None, erfc_formula),
+    ScalarLoop: Rule(_scalar_loop, "scalar_loop", multi_output=True),
 }
 
 def stock_call(op):
@@ -491,19 +495,17 @@ def stock_call(op):
             res = context.get_function(fnty, sig)(builder, vals)
             return [_cast(context, builder, res, sig.return_type, t.outputs[0])]
 
-        emit.stock_key = (key, fast)
-        return emit
+        return Emitter(emit, stock_key=(key, fast))
 
-    plan.kind = "stock"
-    return plan
+    return Rule(plan, "stock")
 
 
-def find_rule(op) -> Callable[[Typed], Emitter]:
+def find_rule(op) -> Rule:
     """The rule for ``op``: a RULES row (by class MRO), its numpy ``nfunc_spec`` ufunc, or
     a call of the stock backend's function for it."""
-    for cls in type(op).__mro__:
-        if cls in RULES:
-            return RULES[cls]
+    rule = mro_lookup(RULES, op)
+    if rule is not None:
+        return rule
     spec = getattr(op, "nfunc_spec", None)
     if spec and "." not in spec[0]:
         np_func = getattr(np, spec[0], None)
@@ -523,9 +525,12 @@ def plan_instr(op, in_dtypes, out_dtypes, *, flags=(), klass="", policy=None) ->
         op,
     )
     rule = find_rule(op)
-    if len(out_dtypes) != 1 and not getattr(rule, "multi_output", False):
+    if len(out_dtypes) != 1 and not (isinstance(rule, Rule) and rule.multi_output):
         raise Unsupported(f"{type(op).__name__} has {len(out_dtypes)} outputs")
-    return rule(t)
+    emitter = rule(t)
+    # a row given as a plain function returning a plain emit function (a rule injected by a
+    # test) is an emitter without facts
+    return emitter if isinstance(emitter, Emitter) else Emitter(emitter)
 
 
 def rule_kind(op) -> str:

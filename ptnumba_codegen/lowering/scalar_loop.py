@@ -14,12 +14,11 @@ from numba.core import cgutils, types
 from pytensor.scalar.basic import Composite
 from pytensor.scalar.loop import ScalarLoop
 
-from ptnumba_codegen.analysis import sensitive_inputs
+from ptnumba_codegen.analysis.classify import sensitive_inputs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.lowering.body import emit_body, plan_body
-from ptnumba_codegen.lowering.base import Typed, cast, numba_type
-from ptnumba_codegen.lowering.rules import RULES
-from ptnumba_codegen.program import from_scalar_op
+from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
+from ptnumba_codegen.analysis.program import from_scalar_op
 
 def inner_program(op: ScalarLoop):
     comp = Composite(list(op.fgraph.inputs), list(op.fgraph.outputs))
@@ -84,9 +83,4 @@ def plan_scalar_loop(t: Typed):
             outs.append(builder.load(until))
         return outs
 
-    emit.inner_stock_keys = planned.stock_keys
-    return emit
-
-plan_scalar_loop.kind = "scalar_loop"
-plan_scalar_loop.multi_output = True
-RULES[ScalarLoop] = plan_scalar_loop
+    return Emitter(emit, inner_stock_keys=planned.stock_keys)

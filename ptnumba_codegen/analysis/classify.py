@@ -1,0 +1,336 @@
+"""Classify every scalar instruction of a Program (pure Python, no numba).
+
+The rules, in order (the first that matches wins, so strict wins):
+
+1. *comparison_sensitive*: a decision op (see DECISION_INPUTS) and every instruction in
+   the backward cone of its decision inputs, all the way to the program inputs; also
+   the backward cone of every output listed in ``sensitive_outputs`` (values that a
+   decision in another node consumes). The cone stops where a decision cannot depend
+   on the producer's rounding (`robust`): ``sigmoid(v) >= 0`` leaves sigmoid free and
+   only asks for v's NaN pattern, so requirements (EXACT, or a predicate) are
+   propagated backward instruction by instruction (`analyze`). A predicate fixed on
+   its value's forward interval (`ranges`) needs only the NaN pattern, which strict
+   arithmetic passes on (`robust.NAN_SOURCES`).
+2. *reduction*: an associative Add/Mul with three or more operands, or an Add/Mul whose
+   operand is produced by, or whose result feeds, the same associative op (a chain).
+3. *transcendental*: the ops in TRANSCENDENTAL_OPS and every scipy.special-backed op.
+4. *arithmetic*: everything else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from pytensor.scalar import basic as ps
+from pytensor.scalar import math as psm
+from pytensor.scalar.loop import ScalarLoop
+
+from ptnumba_codegen.flags import ARITHMETIC, COMPARISON_SENSITIVE, REDUCTION, TRANSCENDENTAL
+from ptnumba_codegen.analysis.program import Instr, Program
+from ptnumba_codegen.tables import mro_lookup
+from ptnumba_codegen.analysis.robust import (
+    DECISION_COMPARISONS,
+    EXACT,
+    NAN,
+    BREAKING_FLAGS,
+    cmp,
+    comparison_needs,
+    input_needs,
+    nan_sources,
+)
+from ptnumba_codegen.analysis.ranges import program_ranges, settle_all
+
+ALL = None  # marker: every input is a decision input
+
+
+def _cast_decides(instr: Instr, dtypes) -> tuple[int, ...] | None:
+    """A cast decides (truncates or tests for zero) when it goes to an int or bool."""
+    return ALL if dtypes[instr.outputs[0]][0] in "iub" else ()
+
+
+def _loop_decides(instr: Instr, dtypes) -> tuple[int, ...] | None:
+    """A while-loop's inputs decide when it stops; a for-loop's count is an integer."""
+    return ALL if instr.op.is_while else ()
+
+
+# op class -> which inputs are decision inputs (ALL, a tuple of positions, or a callable).
+DECISION_INPUTS: dict[type, object] = {
+    ps.EQ: ALL,
+    ps.NEQ: ALL,
+    ps.LT: ALL,
+    ps.LE: ALL,
+    ps.GT: ALL,
+    ps.GE: ALL,
+    ps.Maximum: ALL,
+    ps.Minimum: ALL,
+    ps.ScalarMaximum: ALL,
+    ps.ScalarMinimum: ALL,
+    ps.Clip: ALL,
+    ps.Switch: (0,),
+    ps.Sign: ALL,
+    ps.Floor: ALL,
+    ps.Ceil: ALL,
+    ps.Trunc: ALL,
+    ps.RoundHalfToEven: ALL,
+    ps.RoundHalfAwayFromZero: ALL,
+    ps.IntDiv: ALL,
+    ps.Mod: ALL,
+    ps.IsNan: ALL,
+    ps.IsInf: ALL,
+    ps.Cast: _cast_decides,
+    ScalarLoop: _loop_decides,
+}
+
+ASSOCIATIVE_OPS: tuple[type, ...] = (ps.Add, ps.Mul)
+
+TRANSCENDENTAL_OPS: frozenset[type] = frozenset(
+    {
+        ps.Exp, ps.Exp2, ps.Expm1, ps.Log, ps.Log2, ps.Log10, ps.Log1p, ps.Pow, ps.Sqrt,
+        ps.Sin, ps.Cos, ps.Tan, ps.ArcSin, ps.ArcCos, ps.ArcTan, ps.ArcTan2,
+        ps.Sinh, ps.Cosh, ps.Tanh, ps.ArcSinh, ps.ArcCosh, ps.ArcTanh,
+        psm.Sigmoid, psm.Softplus, psm.Log1mexp, psm.Erf, psm.Erfc, psm.Erfcx,
+        psm.Erfinv, psm.Erfcinv, psm.GammaLn, psm.Gamma, psm.Psi, psm.TriGamma,
+    }
+)  # fmt: skip
+
+
+def decision_inputs(instr: Instr, dtypes) -> tuple[int, ...]:
+    """Value ids whose exact value decides this instruction's result (may be empty)."""
+    rule = mro_lookup(DECISION_INPUTS, instr.op, False)
+    if rule is False:
+        return ()
+    if callable(rule):
+        rule = rule(instr, dtypes)
+    if rule is ALL:
+        return instr.inputs
+    return tuple(instr.inputs[i] for i in rule)
+
+
+def is_decision(instr: Instr, dtypes) -> bool:
+    rule = mro_lookup(DECISION_INPUTS, instr.op, False)
+    if callable(rule):
+        return rule(instr, dtypes) != ()
+    return rule is not False
+
+
+def is_transcendental(op) -> bool:
+    if mro_lookup({c: True for c in TRANSCENDENTAL_OPS}, op, False):
+        return True
+    spec = getattr(op, "nfunc_spec", None)
+    return bool(spec) and str(spec[0]).startswith("scipy.special.")
+
+
+def backward_cone(program: Program, roots: Iterable[int]) -> set[int]:
+    """Indices of every instruction that (transitively) computes one of ``roots``."""
+    producer = program.producers()
+    cone: set[int] = set()
+    todo = list(roots)
+    while todo:
+        k = producer.get(todo.pop())
+        if k is not None and k not in cone:
+            cone.add(k)
+            todo.extend(program.instrs[k].inputs)
+    return cone
+
+
+# -- requirements: what each value must preserve for the decisions it feeds -------------
+
+
+def output_needs(sensitive_outputs) -> dict[int, frozenset]:
+    """``{output position: requirements}`` from positions (each EXACT), ``(position,
+    requirement)`` pairs, or a mapping of positions to requirement sets."""
+    if isinstance(sensitive_outputs, Mapping):
+        return {int(p): frozenset(r) for p, r in sensitive_outputs.items() if r}
+    out: dict[int, set] = {}
+    for item in sensitive_outputs:
+        pos, req = (item, EXACT) if isinstance(item, int) else item
+        out.setdefault(int(pos), set()).add(req)
+    return {p: frozenset(r) for p, r in out.items()}
+
+
+def needs_items(needs: Mapping[int, Iterable]) -> frozenset:
+    """The hashable form ops carry: a frozenset of ``(position, requirement)`` pairs."""
+    return frozenset((p, r) for p, reqs in needs.items() for r in reqs)
+
+
+def natural_class(program: Program, k: int, chains: set[int] | None = None) -> str:
+    """The class of instruction ``k`` outside every comparison cone."""
+    if chains is None:
+        chains = _reduction_chain(program)
+    if k in chains:
+        return REDUCTION
+    return TRANSCENDENTAL if is_transcendental(program.instrs[k].op) else ARITHMETIC
+
+
+def _constant_operands(program: Program, instr: Instr) -> list[float | None]:
+    const = dict(program.constants)
+    out = []
+    for v in instr.inputs:
+        c = const.get(v)
+        try:
+            out.append(None if c is None else float(c))
+        except (TypeError, ValueError):
+            out.append(None)
+    return out
+
+
+def decision_seeds(program: Program, instr: Instr) -> list[tuple[int, object]]:
+    """(value id, requirement) that a decision instruction puts on its decision inputs."""
+    op_class = type(instr.op)
+    if op_class in DECISION_COMPARISONS and len(instr.inputs) == 2:
+        needs = comparison_needs(op_class, _constant_operands(program, instr))
+        if needs is not None:
+            return [(v, r) for v, r in zip(instr.inputs, needs, strict=True) if r is not None]
+    if op_class is ps.IsNan:
+        return [(instr.inputs[0], NAN)]
+    if op_class is ps.IsInf:
+        return [(instr.inputs[0], cmp("eq", math.inf)), (instr.inputs[0], cmp("eq", -math.inf))]
+    return [(v, EXACT) for v in decision_inputs(instr, program.dtypes)]
+
+
+def _produces_a_decision(instr: Instr) -> bool:
+    """Comparisons and tests whose output is the decision itself (a bool): its exactness
+    only needs the seeds on their inputs."""
+    return type(instr.op) in DECISION_COMPARISONS or type(instr.op) in (ps.IsNan, ps.IsInf)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the analysis found for one program."""
+
+    classes: tuple[str, ...]  # per instruction
+    needs: Mapping[int, frozenset]  # value id -> requirements it must preserve
+    robust: Mapping[int, frozenset]  # instruction -> predicates decided robustly on its output
+
+
+def analyze(
+    program: Program,
+    sensitive_outputs=(),
+    relaxable: Callable[[int], bool] | None = None,
+    input_facts=(),
+) -> Analysis:
+    """Classify every instruction, propagating requirements backward from the decisions.
+
+    ``sensitive_outputs``: outputs a decision elsewhere consumes (see `output_needs`).
+    ``relaxable(k)``: whether instruction ``k`` may be decided robustly (its non-strict
+    flags keep IEEE NaN/inf semantics); by default every instruction may.
+    ``input_facts``: intervals of inputs and relations between them (`ranges`): a
+    predicate fixed on a value's interval needs only its NaN pattern (or nothing), and
+    a strict op in `robust.NAN_SOURCES` passes a NaN pattern on as predicates on its
+    operands instead of needing them exact.
+    """
+    facts = program_ranges(program, input_facts)
+    needs: dict[int, set] = {}
+    for pos, reqs in output_needs(sensitive_outputs).items():
+        needs.setdefault(program.outputs[pos], set()).update(reqs)
+    decisions = set()
+    for k, instr in enumerate(program.instrs):
+        if is_decision(instr, program.dtypes):
+            decisions.add(k)
+            for v, req in decision_seeds(program, instr):
+                needs.setdefault(v, set()).add(req)
+    strict, robust = set(decisions), {}
+    for k in reversed(range(len(program.instrs))):
+        instr = program.instrs[k]
+        wanted = set().union(*(needs.get(o, ()) for o in instr.outputs))
+        if len(instr.outputs) == 1:
+            wanted = settle_all(wanted, facts.ranges.get(instr.outputs[0]))
+        if not wanted or (k in decisions and _produces_a_decision(instr)):
+            continue
+        per_input = None
+        if k not in decisions and len(instr.outputs) == 1 and (relaxable is None or relaxable(k)):
+            per_input = [set() for _ in instr.inputs]
+            for req in wanted:
+                translated = input_needs(instr.op, req, len(instr.inputs))
+                if translated is None:
+                    per_input = None
+                    break
+                for acc, reqs in zip(per_input, translated, strict=True):
+                    acc.update(reqs)
+        if per_input is None:
+            strict.add(k)
+            keeps_nan = relaxable is None or relaxable(k, COMPARISON_SENSITIVE)
+            per_input = _nan_pattern_needs(program, instr, wanted, facts) if k not in decisions and keeps_nan else None
+            if per_input is None:
+                per_input = [{EXACT}] * len(instr.inputs)
+        else:
+            robust[k] = frozenset(wanted)
+        for v, reqs in zip(instr.inputs, per_input, strict=True):
+            needs.setdefault(v, set()).update(reqs)
+    for v in program.inputs:  # what reaches the inputs, simplified on their intervals
+        if v in needs:
+            needs[v] = settle_all(needs[v], facts.ranges.get(v))
+    chains = _reduction_chain(program)
+    classes = tuple(
+        COMPARISON_SENSITIVE if k in strict else natural_class(program, k, chains) for k in range(len(program.instrs))
+    )
+    return Analysis(classes, {v: frozenset(r) for v, r in needs.items()}, robust)
+
+
+def _nan_pattern_needs(program: Program, instr: Instr, wanted: set, facts) -> list[set] | None:
+    """Per-operand predicates deciding a strict ``instr``'s NaN pattern, when that is all
+    ``wanted`` asks for and ``instr`` is in `robust.NAN_SOURCES` (float operands)."""
+    if wanted != {NAN} or len(instr.outputs) != 1:
+        return None
+    preds = nan_sources(instr.op, len(instr.inputs))
+    if preds is None or not all(program.dtypes[v].startswith("float") for v in (*instr.inputs, *instr.outputs)):
+        return None
+    return [settle_all(preds, facts.ranges.get(v)) for v in instr.inputs]
+
+
+def relaxable_under(program: Program, policy) -> Callable[[int], bool] | None:
+    """``relaxable`` for `analyze` under ``policy``: an instruction may be decided robustly
+    when the flags it gets outside cones keep IEEE NaN/inf semantics (no nnan, no ninf);
+    ``relaxable(k, klass)`` asks the same of the flags of class ``klass``."""
+    if policy is None:
+        return None
+    chains = _reduction_chain(program)
+
+    def relaxable(k: int, klass: str | None = None) -> bool:
+        klass = klass or natural_class(program, k, chains)
+        return not (BREAKING_FLAGS & set(policy.flags_for(klass, program.instrs[k].op_name)))
+
+    return relaxable
+
+
+def sensitive_instrs(program: Program, sensitive_outputs=(), relaxable=None) -> set[int]:
+    """Instructions that must be strict: decisions, and the producers of values whose
+    exact value (or a predicate on it no rule makes robust) decides something."""
+    result = analyze(program, sensitive_outputs, relaxable)
+    return {k for k, c in enumerate(result.classes) if c == COMPARISON_SENSITIVE}
+
+
+def sensitive_inputs(program: Program, sensitive_outputs=(), relaxable=None, input_facts=()) -> dict[int, frozenset]:
+    """``{input position: requirements}`` for the inputs whose values reach a decision
+    (inside, or via a sensitive output)."""
+    result = analyze(program, sensitive_outputs, relaxable, input_facts)
+    return {p: result.needs[v] for p, v in enumerate(program.inputs) if result.needs.get(v)}
+
+
+def _reduction_chain(program: Program) -> set[int]:
+    producer, consumers = program.producers(), program.consumers()
+    out: set[int] = set()
+    for k, instr in enumerate(program.instrs):
+        if not isinstance(instr.op, ASSOCIATIVE_OPS):
+            continue
+        same = type(instr.op)
+        fed_by_same = any(
+            (p := producer.get(v)) is not None and type(program.instrs[p].op) is same
+            for v in instr.inputs
+        )
+        feeds_same = any(
+            type(program.instrs[c].op) is same for o in instr.outputs for c in consumers.get(o, ())
+        )
+        if len(instr.inputs) >= 3 or fed_by_same or feeds_same:
+            out.add(k)
+    return out
+
+
+def classify(program: Program, sensitive_outputs=(), relaxable=None) -> tuple[str, ...]:
+    """The class of every instruction of ``program`` (same order as ``program.instrs``).
+
+    ``sensitive_outputs`` are outputs whose values feed a decision elsewhere.
+    """
+    return analyze(program, sensitive_outputs, relaxable).classes

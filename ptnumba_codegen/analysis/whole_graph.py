@@ -1,0 +1,130 @@
+"""Whole-graph sensitivity: which variables of a FunctionGraph feed a decision.
+
+Pure Python over the function graph (no numba). A variable is *sensitive* when its exact
+value -- or the outcome of a predicate on it (see `robust`) -- decides something
+downstream: it is a decision input of a kernel (a comparison, min/max, switch condition,
+rounding, ... in the kernel's scalar program, or a Max/Min reduction), or it reaches such
+an input through ops that pass values on unchanged (TRANSPARENT_OPS: the requirement
+passes through as it is), or that combine them (IncSubtensor, another kernel's cone, a
+Sum/Prod/All/Any reduction whose result is sensitive: the inputs must then be exact).
+The generator then compiles the cone that computes a sensitive variable strictly, in
+whichever node it is computed, except where a robust rule lets the producer go.
+
+Limits: propagation stops at any other op (Dot, Blockwise, Scan, OpFromGraph, random
+variables, linear algebra, ...): a value compared after such an op is not tracked
+through it. Values compared outside the compiled function are not known either.
+"""
+
+from __future__ import annotations
+
+from pytensor.compile.ops import DeepCopyOp, ViewOp
+from pytensor.graph.fg import FunctionGraph
+import pytensor.tensor.basic as ptb
+from pytensor.tensor.shape import Reshape, SpecifyShape
+import pytensor.tensor.subtensor as ptsub
+from pytensor.tensor.elemwise import CAReduce, DimShuffle
+from pytensor.tensor.rewriting.scalarize import (
+    ScalarCAReduce,
+    ScalarizedJoin,
+    ScalarSubtensor,
+)
+from pytensor.scalar.basic import Maximum, Minimum
+
+from ptnumba_codegen.analysis.classify import EXACT, relaxable_under, sensitive_inputs
+from ptnumba_codegen.analysis.graph_ranges import GraphFacts, graph_facts
+from ptnumba_codegen.analysis.kernel_programs import inner_careduce, kernel_program
+from ptnumba_codegen.analysis.ranges import reduction_needs
+
+# Ops whose float inputs reach their outputs unchanged (views, copies, gathers, joins):
+# a predicate on an output is the same predicate on the inputs.
+TRANSPARENT_OPS: tuple[type, ...] = (
+    DimShuffle,
+    Reshape,
+    SpecifyShape,
+    ptsub.Subtensor,
+    ptsub.AdvancedSubtensor,
+    ptb.Alloc,
+    ptb.Join,
+    ptb.Split,
+    ptb.MakeVector,
+    ptb.TensorFromScalar,
+    ptb.ScalarFromTensor,
+    ScalarSubtensor,
+    ScalarizedJoin,
+    DeepCopyOp,
+    ViewOp,
+)
+# Ops whose float inputs reach their outputs combined (inc_subtensor adds): inputs exact.
+COMBINING_OPS: tuple[type, ...] = (ptsub.IncSubtensor, ptsub.AdvancedIncSubtensor)
+
+DECIDING_REDUCERS = (Maximum, Minimum)
+
+
+def program_sensitive_outputs(node, sensitive_vars, facts: GraphFacts | None = None) -> frozenset:
+    """What each output of a kernel node must preserve, as ``(position, requirement)``
+    pairs on the program's output values (see `analysis.output_needs`). A requirement on
+    a reduced output becomes what it asks of the elements (`ranges.reduction_needs`:
+    exact, unless the elements' intervals decide it)."""
+    out = {i: set(sensitive_vars.get(o, ())) for i, o in enumerate(node.outputs)}
+    node_facts = facts.nodes.get(node) if facts is not None else None
+    for i, spec in enumerate(getattr(node.op, "reduced_outputs", ()) or ()):
+        if spec is None:
+            continue
+        if isinstance(spec[0], DECIDING_REDUCERS):
+            out[i].add(EXACT)  # a max/min reduction decides on every element it sees
+        elif out[i]:
+            reduced = node_facts.reduced.get(i) if node_facts is not None else None
+            out[i] = reduction_needs(out[i], reduced) if reduced is not None else {EXACT}
+    return frozenset((i, r) for i, reqs in out.items() for r in reqs)
+
+
+def _careduce_input_sensitive(op, output_sensitive) -> bool:
+    return isinstance(op.scalar_op, DECIDING_REDUCERS) or output_sensitive
+
+
+def _is_float(var) -> bool:
+    return getattr(var.type, "dtype", "")[:5] == "float"
+
+
+def sensitive_variables(fgraph: FunctionGraph, policy=None, facts: GraphFacts | None = None) -> dict:
+    """``{variable: requirements}`` for every variable of ``fgraph`` whose exact value (or
+    a predicate on it) feeds a decision. ``policy`` decides which producers may be decided
+    robustly (`analysis.relaxable_under`); ``facts`` are the graph's intervals
+    (`graph_ranges.graph_facts`, computed when not given)."""
+    if facts is None:
+        facts = graph_facts(fgraph)
+    needs: dict = {}
+
+    def add(var, reqs):
+        needs.setdefault(var, set()).update(reqs)
+
+    for node in reversed(fgraph.toposort()):
+        op = node.op
+        wanted = set().union(*(needs.get(o, ()) for o in node.outputs))
+        prog = kernel_program(node)
+        if prog is not None:
+            program, n_read = prog
+            found = sensitive_inputs(
+                program,
+                program_sensitive_outputs(node, needs, facts),
+                relaxable_under(program, policy),
+                facts.input_facts(node),
+            )
+            for p, reqs in found.items():
+                if p < n_read:
+                    add(node.inputs[p], reqs)
+        elif isinstance(op, CAReduce):
+            if _careduce_input_sensitive(op, bool(wanted)):
+                add(node.inputs[0], {EXACT})
+        elif isinstance(op, ScalarCAReduce):
+            if _careduce_input_sensitive(inner_careduce(op).op, bool(wanted)):
+                add(node.inputs[0], {EXACT})
+        elif isinstance(op, TRANSPARENT_OPS) and wanted:
+            for i in node.inputs:
+                if _is_float(i):
+                    add(i, wanted)
+        elif isinstance(op, COMBINING_OPS) and wanted:
+            for i in node.inputs:
+                if _is_float(i):
+                    add(i, {EXACT})
+    return {v: frozenset(r) for v, r in needs.items() if r}

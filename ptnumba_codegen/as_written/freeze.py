@@ -1,0 +1,387 @@
+"""The as-written pass: every decision computed from its inputs exactly as the user wrote them.
+
+PyTensor's ``fast_run`` rewrites change the arithmetic that feeds comparisons before any
+backend sees it (``x*(y*z)`` becomes ``mul(x, y, z)``, ``exp(a)*exp(c)`` becomes
+``exp(a + c)``), so at a tie a comparison can flip even when every kernel is strict. Under
+a policy with ``[comparison] as_written = true`` this pass runs first, on the graph handed
+to ``pytensor.function`` (gradients included), right after ``inline_ofg_expansion`` and
+before ``merge1`` and ``canonicalize``. For every deciding node (the tables of
+`ptnumba_codegen.as_written.decisions`), in topological order:
+
+1. take its float decision inputs and walk back through their producers to the leaves
+   (graph inputs, shared variables, constants, random draws, earlier `AsWritten`
+   results);
+2. if some decision input is computed there (a non-empty cone), or the same variable is
+   compared with itself (``eq(x, x)``, which a rewrite folds to ``True`` even for NaN),
+   replace the node and that cone by one `AsWritten` node reading the leaves
+   (``FREEZE_NODE``), or only the cone values the node reads (``FREEZE_INPUTS``).
+
+The `AsWritten` node is opaque to every rewrite. Once the rewrites that change values are
+done (canonicalize, stabilize, specialize, ``local_add_mul_fusion``: everything before
+position 48.95), `InlineAsWritten` puts each decision whose cone is elementwise back into the
+graph as written (with its overflow guards, `ptnumba_codegen.as_written.guards`): from
+there on only value-preserving rewrites run (elementwise fusion, merge, inplace), the copy
+fuses with its neighbours into the same kernels, and the policy compiles it strictly (it is
+in a decision's cone) and with scalar libm; so are max/min reductions, exact in any order.
+A producer that a robust rule (`ptnumba_codegen.analysis.robust`) lets go keeps its own class
+there, as under ``default``: the rules cover the lowering's ulps, given the producer's
+inputs, and the copy gives it the inputs as written; they say nothing about rewrites, so
+a robust decision is frozen like any other. Copies holding other ops (sums, products, ``Dot``, ``Scan``, ...), or under a policy whose
+``comparison_sensitive`` class has flags, stay opaque and are compiled on their own
+(`ptnumba_codegen.as_written.lowering`).
+
+The original cone stays in the graph for whatever else reads it and is rewritten and fused
+as usual, so a value that feeds both a decision and other math is computed twice: once as
+written for the decision, once fast for the rest. A decision whose decision inputs are
+all leaves (or reach them only through value moves and other such decisions) is left
+alone: nothing can change how its inputs are computed, and the policy compiles it
+strictly.
+
+Nested decisions read earlier results: ``eq(minimum(p, b), p)`` freezes ``minimum`` with
+the cone of ``p`` first, then ``eq`` reads that `AsWritten` result and recomputes ``p``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pytensor.graph.basic import Constant
+from pytensor.graph.features import ReplaceValidate
+from pytensor.graph.fg import FrozenFunctionGraph
+from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, node_rewriter
+from pytensor.scalar.basic import Maximum, Minimum
+from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.rewriting.basic import unconditional_constant_folding
+
+from ptnumba_codegen.as_written.guards import add_overflow_guards
+from ptnumba_codegen.as_written.op import REASON, AsWritten
+from ptnumba_codegen.as_written.decisions import (
+    EXACT_OPS,
+    INNER_GRAPH_OPS,
+    decision_rule,
+    is_computed,
+    is_float,
+    leaf_reason,
+)
+from ptnumba_codegen.flags import COMPARISON_SENSITIVE
+from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
+from ptnumba_codegen.runtime.pools import pools_used
+
+log = logging.getLogger("ptnumba_codegen")
+
+# After inline_ofg_expansion (-0.01: inlined OpFromGraphs are part of the graph as written),
+# before merge1 (0) and everything else.
+POSITION = -0.005
+# After add_mul_fusion (48) and introduce_lazy_ifelse (48.9), before elemwise fusion (49):
+# every later rewrite keeps values (fusion, merge, inplace, the numba loop fusions).
+INLINE_POSITION = 48.95
+# node types an inlined copy may hold: kernels the policy classifies, and value moves that
+# the whole-graph sensitivity analysis sees through (graph_analysis.TRANSPARENT_OPS)
+INLINABLE_OPS = (Elemwise, *EXACT_OPS)
+# reductions an inlined copy may hold: exact in any accumulation order (Sum/Prod are not,
+# so a cone holding one stays opaque, compiled with the reference's own kernels)
+INLINABLE_REDUCERS = (Maximum, Minimum)
+INLINED_ATTR = "_ptnumba_as_written_inlined"  # on the function graph: what explain lists
+
+
+class AsWrittenPass(GraphRewriter):
+    """Freeze every decision with its cone, if the policy has ``[comparison] as_written``.
+
+    ``policy=None`` resolves the process default each time it runs; a policy without
+    ``as_written`` makes it a no-op.
+    """
+
+    def __init__(self, policy: str | Policy | None = None):
+        super().__init__()
+        self.policy = policy
+
+    def add_requirements(self, fgraph):
+        fgraph.attach_feature(ReplaceValidate())
+
+    def apply(self, fgraph):
+        try:
+            policy = load_policy(self.policy)
+        except PolicyError as err:  # raised through PyTensor's rewrite sequence, not skipped
+            raise PolicyLoadError(str(err)) from None
+        if not policy.as_written:
+            return
+        # the thread pools the whole function runs ops on: an opaque copy's kernels yield
+        # to them as the function's other kernels do (decided when they are compiled)
+        frozen = freeze_graph(fgraph, policy, pools_used(fgraph))
+        if frozen and log.isEnabledFor(logging.INFO):
+            log.info("%s", summarize(frozen, policy))
+
+    def __str__(self):
+        return f"AsWrittenPass({self.policy!r})"
+
+
+@node_rewriter(list(EXACT_OPS))
+def fold_exact_constants(fgraph, node):
+    """Constant-fold an op that only moves values (``ExpandDims(2.0)``): no arithmetic."""
+    return unconditional_constant_folding.fn(fgraph, node)
+
+
+class InlineAsWritten(GraphRewriter):
+    """Put every elementwise `AsWritten` copy back into the graph, as written (see above)."""
+
+    def add_requirements(self, fgraph):
+        fgraph.attach_feature(ReplaceValidate())
+
+    def apply(self, fgraph):
+        inlined = getattr(fgraph, INLINED_ATTR, [])
+        # decisions first: a shared cone is put back only once every decision reading it
+        # is (read by an opaque copy, the sensitivity analysis would not see it decide)
+        for kind in ("decision", "cone"):
+            for node in fgraph.toposort():
+                if isinstance(node.op, AsWritten) and node.op.kind == kind and strict_cones(node.op.policy):
+                    record = inline(fgraph, node)
+                    if record is not None:
+                        inlined.append(record)
+        if inlined:
+            setattr(fgraph, INLINED_ATTR, inlined)
+            log.info("policy %s: %d as-written cop(ies) inlined into the kernels", inlined[0][0], len(inlined))
+
+    def __str__(self):
+        return "InlineAsWritten"
+
+
+def strict_cones(policy: Policy) -> bool:
+    """Whether the policy compiles decision cones without flags (then inlining is exact)."""
+    if policy.classes[COMPARISON_SENSITIVE].flags:
+        return False
+    return not any(rule.apply_in_comparison_cone and rule.flags for rule in policy.ops.values())
+
+
+def inlinable(graph) -> bool:
+    """Only elementwise ops, value moves and max/min reductions."""
+    return all(
+        isinstance(n.op, INLINABLE_OPS)
+        or (isinstance(n.op, CAReduce) and isinstance(n.op.scalar_op, INLINABLE_REDUCERS))
+        for n in graph.toposort()
+    )
+
+
+def inline(fgraph, node):
+    """Replace an elementwise `AsWritten` node by its guarded inner graph; a record for
+    explain (policy name, label, cone size, guards, reads) or None if it stays opaque.
+
+    Only decisions with their cones, and shared cones (``kind="cone"``) once no opaque copy
+    reads them: the policy then sees the decision and compiles its cone strictly. A copy of input values (``kind="inputs"``) feeds an op the whole-graph
+    sensitivity analysis does not see through (an OpFromGraph, a Scan), so inlined it
+    would be compiled fast; it stays opaque.
+    """
+    op = node.op
+    if op.kind == "inputs" or not inlinable(op.fgraph):
+        return None
+    if op.kind == "cone" and any(_read_opaquely(fgraph, out) for out in node.outputs):
+        return None  # not a decision: put back, it would be compiled fast
+    graph = op.fgraph.unfreeze()
+    guards = add_overflow_guards(graph, op.kind)
+    if not inlinable(graph):
+        return None  # a guard brought in a non-elementwise stable form
+    dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
+    outs = rebuild(graph, node.inputs)
+    for old, new in zip(node.outputs, outs, strict=True):
+        new.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, outs, strict=True)), reason="as_written_inline")
+    reads = tuple(v.name or str(v) for v in node.inputs)
+    return (op.policy.name, op.label, op.kind, op.cone_size, guards, reads)
+
+
+def rebuild(graph, inputs) -> list:
+    """``graph``'s outputs computed from ``inputs`` by new nodes of the same ops. Unlike
+    ``clone_replace``, which rebuilds what the replacements are computed from as well,
+    an input computed by another copy (a shared cone) stays that copy's output."""
+    memo = dict(zip(graph.inputs, inputs, strict=True))
+    for node in graph.toposort():
+        new = node.op.make_node(*(memo.get(v, v) for v in node.inputs))
+        memo.update(zip(node.outputs, new.outputs, strict=True))
+    return [memo.get(v, v) for v in graph.outputs]
+
+
+def _read_opaquely(fgraph, var) -> bool:
+    """Whether an opaque `AsWritten` copy reads ``var``."""
+    return any(isinstance(client.op, AsWritten) for client, _ in fgraph.clients[var])
+
+
+def summarize(nodes, policy) -> str:
+    """'policy as_written: 3 decision(s) kept as written (7 ops in their cones), ...'."""
+    decisions = [n for n in nodes if n.op.kind == "decision"]
+    inputs = [n for n in nodes if n.op.kind == "inputs"]
+    text = (
+        f"policy {policy.name}: {len(decisions)} decision(s) kept as written "
+        f"({sum(n.op.cone_size for n in decisions)} ops in their cones)"
+    )
+    cones = [n for n in nodes if n.op.kind == "cone"]
+    if cones:
+        text += f", {len(cones)} cone(s) shared by several decisions ({sum(n.op.cone_size for n in cones)} ops)"
+    if inputs:
+        text += f", {len(inputs)} node(s) read as-written inputs ({sum(n.op.cone_size for n in inputs)} ops)"
+    return text
+
+
+def is_leaf(var) -> bool:
+    return leaf_reason(var) is not None
+
+
+def cone_leaves(roots) -> tuple[list, set]:
+    """(the leaves under ``roots`` in a deterministic order (depth first, inputs in order),
+    every variable visited)."""
+    leaves, seen = [], set()
+    stack = list(reversed(roots))
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        if isinstance(var, Constant):
+            continue
+        if is_leaf(var):
+            leaves.append(var)
+        else:
+            stack.extend(reversed(var.owner.inputs))
+    return leaves, seen
+
+
+def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> list:
+    """Freeze every decision of ``fgraph`` (in place); the new `AsWritten` nodes, inner
+    graphs' included. ``outer_pools``: the thread pools the function runs ops on (`pools`),
+    which the kernels of opaque copies yield to like every other kernel of it."""
+    fgraph.attach_feature(ReplaceValidate())
+    frozen = []
+    cones = SharedCones(shared_roots(fgraph))
+    for node in fgraph.toposort():
+        if node not in fgraph.apply_nodes:
+            continue  # an earlier replacement pruned it
+        if isinstance(node.op, INNER_GRAPH_OPS):
+            node = _freeze_inner_graph(fgraph, node, policy, frozen, outer_pools)
+        before = len(cones.nodes)
+        new = freeze(fgraph, node, policy, outer_pools, cones)
+        frozen.extend(cones.nodes[before:])
+        if new is not None:
+            frozen.append(new)
+    return frozen
+
+
+def computed_roots(node) -> tuple:
+    """The computed float decision inputs of a node that decides with its cone, in order."""
+    rule = decision_rule(node)
+    if rule is None or rule[0] != "node":
+        return ()
+    return tuple(dict.fromkeys(v for p in rule[1] if is_float(v := node.inputs[p]) and is_computed(v)))
+
+
+def shared_roots(fgraph) -> dict[tuple, list[str]]:
+    """Computed decision inputs that several decisions read (``0 <= p`` and ``p <= 1``, the
+    checks of one parameter): the labels of those decisions, by their roots."""
+    readers: dict[tuple, list[str]] = {}
+    for node in fgraph.toposort():
+        roots = computed_roots(node)
+        if roots:
+            readers.setdefault(roots, []).append(str(node.op))
+    return {roots: labels for roots, labels in readers.items() if len(labels) > 1}
+
+
+class SharedCones:
+    """One as-written copy per cone that several decisions read (`shared_roots`): each of
+    them is frozen alone, reading the copy's values, instead of each holding a copy."""
+
+    def __init__(self, shared: dict[tuple, list[str]]):
+        self.shared = shared
+        self.outputs: dict[tuple, list] = {}  # roots -> the copy's outputs
+        self.nodes: list = []  # the copies, in the order they were made
+
+    def values(self, roots: tuple, policy: Policy, outer_pools) -> list | None:
+        """The copy's outputs for ``roots`` (made on first use), or None if not shared."""
+        if roots not in self.shared:
+            return None
+        if roots not in self.outputs:
+            leaves, _ = cone_leaves(list(roots))
+            label = f"cone of {', '.join(self.shared[roots])}"
+            op = AsWritten(
+                FrozenFunctionGraph.from_io(leaves, list(roots)), policy, label=label, kind="cone", outer_pools=outer_pools
+            )
+            new = op.make_node(*leaves)
+            for k, (old, out) in enumerate(zip(roots, new.outputs, strict=True)):
+                out.name = old.name or f"cone{len(self.nodes)}.{k}"
+            self.outputs[roots] = new.outputs
+            self.nodes.append(new)
+        return self.outputs[roots]
+
+
+def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = (), cones: SharedCones | None = None):
+    """Freeze ``node``'s decision (or its decision inputs) if it needs it; the new node or None."""
+    rule = decision_rule(node)
+    if rule is None:
+        return None
+    kind, positions = rule
+    roots = [node.inputs[p] for p in positions if is_float(node.inputs[p])]
+    computed = [v for v in roots if is_computed(v)]
+    self_compared = kind == "node" and len(set(roots)) < len(roots)
+    if not computed and not self_compared:
+        return None
+    if kind == "node":
+        shared = None if cones is None else cones.values(computed_roots(node), policy, outer_pools)
+        if shared is not None:
+            return _freeze_on_shared_cone(fgraph, node, dict(zip(computed_roots(node), shared)), policy, outer_pools)
+        return _freeze_node(fgraph, node, roots, policy, outer_pools)
+    return _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools)
+
+
+def _freeze_on_shared_cone(fgraph, node, values: dict, policy, outer_pools):
+    """Freeze ``node`` alone, reading the shared copy's ``values`` for its computed inputs
+    (frozen still: a rewrite could fold or reorder the decision itself)."""
+    inputs = [values.get(v, v) for v in node.inputs]
+    leaves = list(dict.fromkeys(v for v in inputs if not isinstance(v, Constant)))
+    inner = node.op.make_node(*inputs)
+    op = AsWritten(
+        FrozenFunctionGraph.from_io(leaves, inner.outputs), policy, label=str(node.op), kind="decision", outer_pools=outer_pools
+    )
+    new = op.make_node(*leaves)
+    for old, out in zip(node.outputs, new.outputs, strict=True):
+        out.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
+    return new
+
+
+def _freeze_inner_graph(fgraph, node, policy, frozen: list, outer_pools):
+    """Freeze the decisions inside a container's inner graph; the (possibly new) node."""
+    inner = node.op.fgraph.unfreeze()
+    found = freeze_graph(inner, policy, outer_pools)
+    if not found:
+        return node
+    frozen.extend(found)
+    new = node.op.clone_with_inner_graph(inner).make_node(*node.inputs)
+    for old, out in zip(node.outputs, new.outputs, strict=True):
+        out.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
+    return new
+
+
+def _freeze_node(fgraph, node, roots, policy, outer_pools):
+    leaves, cone = cone_leaves(roots)
+    for var in node.inputs:  # the node's other inputs are read as they are (unless in the cone)
+        if var not in cone and not isinstance(var, Constant):
+            cone.add(var)
+            leaves.append(var)
+    label = str(node.op)
+    op = AsWritten(
+        FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=label, kind="decision", outer_pools=outer_pools
+    )
+    new = op.make_node(*leaves)
+    for old, out in zip(node.outputs, new.outputs, strict=True):
+        out.name = old.name
+    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
+    return new
+
+
+def _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools):
+    values = list(dict.fromkeys(computed))
+    leaves, _ = cone_leaves(values)
+    label = f"inputs {[p for p in positions if node.inputs[p] in values]} of {node.op}"
+    op = AsWritten(FrozenFunctionGraph.from_io(leaves, values), policy, label=label, kind="inputs", outer_pools=outer_pools)
+    new = op.make_node(*leaves)
+    for p in positions:
+        if node.inputs[p] in values:
+            fgraph.change_node_input(node, p, new.outputs[values.index(node.inputs[p])], reason=REASON)
+    return new

@@ -1,0 +1,106 @@
+"""Compiling an `AsWritten` node for numba: its inner graph, bit for bit as written.
+
+The reference is ``Mode(linker="numba", optimizer=None)`` under ``numba__fastmath=False``:
+each op on its own, libm, no fast-math flags. The inner graph gets exactly the rewrites
+that reference runs (the numba linker's required ``minimum_compile`` and ``numba``
+rewrites: indexed-read and reduction fusion into loops, scalarization, inner-graph
+baking), plus the value-preserving ones in `INNER_REWRITES`; then its elementwise kernels
+go to the generator under the ``strict`` policy (per op bit-identical to the stock strict
+kernels, see tests/test_codegen.py) and every other node to the stock numba
+implementation under ``numba__fastmath=False``.
+
+Plus the overflow guards of `ptnumba_codegen.as_written.guards` (the stabilized form of a
+decision input only where its as-written value is not finite).
+
+What an inner graph does *not* get: canonicalization, specialization, unguarded
+stabilization, constant folding (numpy, not libm), ``local_add_mul_fusion`` (which turns
+``x*(y*z)`` into ``mul(x, y, z)``) and every other ``fast_run`` rewrite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+from pytensor import config
+from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
+from pytensor.compile.io import In, Out
+from pytensor.compile.mode import Mode
+from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter
+from pytensor.link.numba.dispatch.basic import (
+    numba_funcify_and_cache_key,
+    register_funcify_and_cache_key,
+)
+from pytensor.scalar.basic import ScalarOp
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.rewriting.elemwise import FusionOptimizer
+from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
+
+from ptnumba_codegen.as_written.freeze import fold_exact_constants
+from ptnumba_codegen.as_written.guards import add_overflow_guards
+from ptnumba_codegen.as_written.op import AsWritten
+from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
+
+# The node types of an inner graph the generator compiles (elementwise only: a reduction's
+# accumulation order is left to the stock kernel, which the reference runs).
+GENERATED_KINDS = (Elemwise, ScalarizedElemwise, ScalarOp)
+
+# rewrite -> why it keeps every value bit for bit (besides the reference's own rewrites)
+INNER_REWRITES = {
+    "merge": "computes identical subexpressions once: the same ops on the same inputs",
+    "fold_exact_constants": "folds ops that only move values (ExpandDims, Reshape, ...) "
+    "of constants; no arithmetic is evaluated",
+    "composite_elemwise_fusion": "fuses chains of Elemwise nodes into one Composite loop; "
+    "each scalar op keeps its inputs, dtype and place, only intermediate arrays disappear",
+}
+MERGE_POSITION = 0
+FUSION_POSITION = 49  # where fast_run fuses: after the reference's early rewrites
+
+
+def inner_policy(policy: Policy) -> Policy:
+    """``strict`` everywhere, with the outer policy's threads setting."""
+    strict = load_policy("strict")
+    return dataclasses.replace(strict, name=f"strict (as written, {policy.name})", parallel=policy.parallel)
+
+
+@cache
+def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
+    """The reference's rewrites, the value-preserving fusion, the generator under strict
+    (its kernels yield to the pools of the inner graph and to ``outer_pools``, those of the
+    function the copy is part of)."""
+    return (
+        Mode(linker="numba", optimizer=None)
+        .excluding(TAG)  # never the policy's own rewrites (no as-written pass inside)
+        .register(
+            (MergeOptimizer(), MERGE_POSITION),
+            (dfs_rewriter(fold_exact_constants), MERGE_POSITION + 0.01),
+            (FusionOptimizer(), FUSION_POSITION),
+            (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
+        )
+    )
+
+
+def lowering_graph(op: AsWritten):
+    """The inner graph as compiled (memoized on the op; not part of its identity)."""
+    graph = getattr(op, "_lowering", None)
+    if graph is None:
+        graph = op.fgraph.unfreeze()
+        op._guards = add_overflow_guards(graph, op.kind)
+        specs = [In(x, borrow=True, mutable=False) for x in graph.inputs]
+        add_supervisor_to_fgraph(fgraph=graph, input_specs=specs, accept_inplace=True)
+        inner_mode(op.policy, op.outer_pools).optimizer.rewrite(graph)
+        # the op declares no view_map: its outputs must not alias its inputs
+        insert_deepcopy(graph, wrapped_inputs=specs, wrapped_outputs=[Out(o, borrow=False) for o in graph.outputs])
+        op._lowering = graph
+    return graph
+
+
+@register_funcify_and_cache_key(AsWritten)
+def funcify_as_written(op, node=None, **kwargs):
+    kwargs.pop("storage_map", None)
+    graph = lowering_graph(op)
+    with config.change_flags(numba__fastmath=False):
+        fn, key = numba_funcify_and_cache_key(graph, squeeze_output=True, fgraph_name="as_written", **kwargs)
+    return fn, None if key is None else cache_key("as_written", "fastmath=False", key)

@@ -1,0 +1,177 @@
+"""numba dispatch for the policy-carrying ops: build the kernel, or fall back per node."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import weakref
+
+from pytensor import config
+from pytensor.link.numba.dispatch.basic import (
+    numba_funcify_and_cache_key,
+    register_funcify_and_cache_key,
+)
+
+from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
+from ptnumba_codegen.lowering.vecmath.exact_lanes import cache_key as exact_lanes_key
+from ptnumba_codegen.flags import PYTENSOR_FLAGS
+from ptnumba_codegen.backend.plans import KernelPlan, plan_node
+from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel, compiled_or_stock
+from ptnumba_codegen.lowering.base import Unsupported
+from ptnumba_codegen.backend.ops import on_policy_class
+
+log = logging.getLogger("ptnumba_codegen")
+
+
+# node -> why its kernel fell back when numba compiled it (kernel.guarded)
+_COMPILE_FAILURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fallback_reason(node) -> str | None:
+    """Why the generator leaves ``node`` to the stock implementation (None if it does not).
+
+    A node the generator plans but fails to compile falls back when numba compiles the
+    function (its first call); its reason is known from then on."""
+    try:
+        plan_node(node)
+    except Unsupported as err:
+        return str(err)
+    return _COMPILE_FAILURES.get(node)
+
+
+def compile_fallback(op, node, **kwargs):
+    """``fallback(reason)`` for `build_kernel`: record, log, return the stock kernel."""
+
+    def fallback(reason: str):
+        _COMPILE_FAILURES[node] = reason
+        fn, _key = stock_fallback(op, node, reason, **kwargs)
+        return fn
+
+    return fallback
+
+
+def cache_key(*parts) -> str:
+    return hashlib.sha256(
+        repr(("ptnumba_codegen", GENERATOR_VERSION, GENERATOR_DIGEST, exact_lanes_key(), *parts)).encode()
+    ).hexdigest()
+
+
+def perform_impl(node):
+    """The node's own ``perform``: what the kernel does when run without JIT."""
+    n_out = len(node.outputs)
+
+    def run(*inputs):
+        storage = [[None] for _ in range(n_out)]
+        node.op.perform(node, list(inputs), storage)
+        return storage[0][0] if n_out == 1 else tuple(s[0] for s in storage)
+
+    return run
+
+
+def _fallback_fastmath(op) -> bool:
+    """Stock kernels know all-or-nothing: fast only if every class of the policy is."""
+    return all(set(rule.flags) >= PYTENSOR_FLAGS for rule in op.policy.classes.values())
+
+
+def stock_fallback(op, node, reason: str, **kwargs):
+    fast = _fallback_fastmath(op)
+    log.info("%s falls back to the stock kernel (fastmath=%s): %s", op, fast, reason)
+    with config.change_flags(numba__fastmath=fast):
+        fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(op, node, **kwargs)
+    if key is not None:
+        key = cache_key("stock-fallback", fast, key)
+    return fn, key
+
+
+def stock_loop(op, node, plan: KernelPlan, **kwargs):
+    """The stock loop of ``plan.stock_op`` (its scalar core already carries the policy)."""
+    fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
+    with config.change_flags(numba__fastmath=fast):
+        fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(plan.stock_op, node, **kwargs)
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_stock_loop")
+    return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
+
+
+def split_kernel(op, node, plan: KernelPlan, **kwargs):
+    """The inner graph of an indexed kernel (`indexed_parts`), compiled as one function:
+    its policy nodes by the generator, gather and scatter-add by the stock funcify with
+    the numba fastmath the stock loop would give them."""
+    fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
+    kwargs = {k: v for k, v in kwargs.items() if k != "storage_map"}  # the outer graph's
+    with config.change_flags(numba__fastmath=fast):
+        fn, key = numba_funcify_and_cache_key(plan.stock_op, squeeze_output=True, fgraph_name="policy_split", **kwargs)
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_split")
+    return fn, None if key is None else cache_key("split", fast, op.policy.digest, key)
+
+
+def _scalar_kernel(node, plan: KernelPlan, name: str, fallback):
+    return build_scalar_kernel(plan.body, perform_impl(node), name=name, fallback=fallback)
+
+
+def _loop_kernel(node, plan: KernelPlan, name: str, fallback):
+    return build_kernel(
+        plan.spec,
+        plan.body,
+        perform_impl(node),
+        plan.finish,
+        name=name,
+        parallel=node.op.policy.parallel,
+        fallback=fallback,
+        yields_to=node.op.yields_to,
+    )
+
+
+# the generator's own kernels: KernelPlan.kind -> its builder
+BUILDERS = {"scalar": _scalar_kernel, "loop": _loop_kernel}
+
+
+def build(node, plan: KernelPlan, **kwargs):
+    name = f"policy_{type(node.op).stock_class.__name__.lower()}"
+    fallback = compile_fallback(node.op, node, **kwargs)
+    return BUILDERS[plan.kind](node, plan, name, fallback)
+
+
+def own_kernel(op, node, plan: KernelPlan, **kwargs):
+    """A kernel the generator builds ("loop", "scalar"), with its cache key."""
+    stock_keys = plan.body.stock_keys
+    if any(k is None for k, _fast in stock_keys):
+        key = None  # a stock function inside is uncacheable, so is the kernel (as in stock)
+        return build(node, plan, **kwargs), key
+    key = cache_key(
+        plan.kind,
+        stock_keys,
+        op.policy.digest,
+        plan.spec,
+        plan.body.program.fingerprint(),
+        plan.body.flags,
+        plan.body.classes,
+        plan.body.lazy_key,
+        plan.finish,
+        tuple(str(o.type) for o in node.outputs),
+        op.yields_to,
+    )
+    return build(node, plan, **kwargs), key
+
+
+# KernelPlan.kind -> (op, node, plan, **kwargs) -> (function, cache key)
+FUNCIFY = {
+    "loop": own_kernel,
+    "scalar": own_kernel,
+    "stock_loop": stock_loop,
+    "split": split_kernel,
+}
+
+
+def funcify_policy_node(op, node, **kwargs):
+    try:
+        plan = plan_node(node)
+    except Unsupported as err:
+        return stock_fallback(op, node, str(err), **kwargs)
+    return FUNCIFY[plan.kind](op, node, plan, **kwargs)
+
+
+def register_policy_class(cls):
+    register_funcify_and_cache_key(cls)(funcify_policy_node)
+
+
+on_policy_class(register_policy_class)

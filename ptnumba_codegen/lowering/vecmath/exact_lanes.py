@@ -1,0 +1,311 @@
+"""Exact lanes: libm's own algorithm written on vectors, so a lane call runs a vector.
+
+A lane call (`lane_calls`) keeps libm's bits in a vectorized loop by calling libm once per
+lane: the arithmetic around it vectorizes, the call does not (a strict ``sigmoid`` in an
+ordered-logistic cone: 3.8 ns per element, nearly all of it libm's ``exp``). Where libm's
+algorithm is a fixed sequence of IEEE operations on constants we can read, the same
+sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those:
+
+* ``exp`` (float64), glibc's ``__exp_fma`` (glibc 2.28+, the variant its resolver picks on
+  a CPU with FMA and AVX2): ``kd = fma(x, N/ln2, shift)``, ``r = fma(kd', -ln2hi/N, x)``,
+  ``r = fma(kd', -ln2lo/N, r)``, the table's scale and tail at ``kd mod 128``, the degree-5
+  polynomial in the order and with the fused multiply-adds of that build, ``scale + scale
+  * tmp`` as one fma. Lanes outside libm's fast path (``|x| < 2^-54``, ``|x| >= 512``, inf,
+  NaN) make the whole vector call libm lane by lane, as a lane call does.
+
+Constants and table come from this process's libm (`libm_data`). Before the first use (once
+per process and vector width, about 0.2 s) the vector code is compiled on its own and compared bit for bit with libm's ``exp`` on
+`probe_inputs` (every table slot, the fast-path edges, the subnormal range, random
+magnitudes); any difference, or no data, and the entry is off for the process: lane calls
+stay per-lane libm (`status` says why; ``explain`` prints it). ``PTNUMBA_CODEGEN_EXACT_LANES
+=off`` turns them off by hand.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import llvmlite.binding as llb
+import numpy as np
+from llvmlite import ir
+
+from ptnumba_codegen.lowering.vecmath.libm_data import ExpData, glibc_exp_data
+from ptnumba_codegen.lowering.vecmath.isa import keep_alive, lane_count, mark_pure, target_features, target_isa
+
+ENV = "PTNUMBA_CODEGEN_EXACT_LANES"
+ENV_VALUES = ("on", "off")
+
+_F64 = ir.DoubleType()
+_I64 = ir.IntType(64)
+_I32 = ir.IntType(32)
+
+
+def _fma(b: ir.IRBuilder, a, x, c):
+    # llvmlite's declare_intrinsic knows no vector types: declare llvm.fma.v<N>f64
+    name = f"llvm.fma.v{a.type.count}f64"
+    fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(a.type, [a.type] * 3), name)
+    return b.call(fn, [a, x, c])
+
+
+def _splat(ty, v):
+    return ir.Constant(ty, [ty.element(v)] * ty.count)
+
+
+def _glibc_exp_fast(b: ir.IRBuilder, x, data: ExpData, table: ir.GlobalVariable):
+    """glibc __exp_fma's fast path on the vector ``x`` (every lane assumed in range)."""
+    vty = x.type
+    ity = ir.VectorType(_I64, vty.count)
+    kd = _fma(b, x, _splat(vty, data.invln2N), _splat(vty, data.shift))
+    ki = b.bitcast(kd, ity)
+    kd = b.fsub(kd, _splat(vty, data.shift))
+    r = _fma(b, kd, _splat(vty, data.negln2hiN), x)
+    r = _fma(b, kd, _splat(vty, data.negln2loN), r)
+    slot = b.shl(b.and_(ki, _splat(ity, 127)), _splat(ity, 1))
+    top = b.shl(ki, _splat(ity, 52 - 7))
+    tail_bits = ir.Constant(ity, ir.Undefined)
+    scale_bits = ir.Constant(ity, ir.Undefined)
+    for lane in range(vty.count):
+        k = _I32(lane)
+        s = b.extract_element(slot, k)
+        tail_bits = b.insert_element(tail_bits, b.load(b.gep(table, [_I64(0), s], inbounds=True)), k)
+        s1 = b.add(s, _I64(1))
+        scale_bits = b.insert_element(scale_bits, b.load(b.gep(table, [_I64(0), s1], inbounds=True)), k)
+    tail = b.bitcast(tail_bits, vty)
+    sbits = b.add(scale_bits, top)
+    p1 = _fma(b, r, _splat(vty, data.C3), _splat(vty, data.C2))
+    t0 = b.fadd(r, tail)
+    r2 = b.fmul(r, r)
+    p2 = _fma(b, r, _splat(vty, data.C5), _splat(vty, data.C4))
+    tmp = _fma(b, p1, r2, t0)
+    r4 = b.fmul(r2, r2)
+    tmp = _fma(b, r4, p2, tmp)
+    scale = b.bitcast(sbits, vty)
+    return _fma(b, scale, tmp, scale)
+
+
+def _glibc_exp_special(b: ir.IRBuilder, x):
+    """Lanes outside __exp's fast path: top 12 bits of |x| not in [0x3c9, 0x3c9 + 0x3e]."""
+    ity = ir.VectorType(_I64, x.type.count)
+    abstop = b.and_(b.lshr(b.bitcast(x, ity), _splat(ity, 52)), _splat(ity, 0x7FF))
+    return b.icmp_unsigned(">", b.sub(abstop, _splat(ity, 0x3C9)), _splat(ity, 0x3E))
+
+
+def _table(module: ir.Module, name: str, words: tuple[int, ...]) -> ir.GlobalVariable:
+    gv = module.globals.get(name)
+    if gv is None:
+        aty = ir.ArrayType(_I64, len(words))
+        gv = ir.GlobalVariable(module, aty, name)
+        gv.initializer = ir.Constant(aty, [_I64(w) for w in words])
+        gv.global_constant = True
+        gv.linkage = "linkonce_odr"
+    return gv
+
+
+def _build_glibc_exp(module: ir.Module, fn: ir.Function, libm: ir.Function, data: ExpData):
+    x = fn.args[0]
+    entry = fn.append_basic_block("entry")
+    fast_bb = fn.append_basic_block("fast")
+    slow_bb = fn.append_basic_block("slow")
+    b = ir.IRBuilder(entry)
+    special = _glibc_exp_special(b, x)
+    any_special = b.icmp_unsigned("!=", b.bitcast(special, ir.IntType(x.type.count)), ir.IntType(x.type.count)(0))
+    b.cbranch(any_special, slow_bb, fast_bb)
+    b.position_at_end(fast_bb)
+    b.ret(_glibc_exp_fast(b, x, data, _table(module, "ptnumba_glibc_exp_tab", data.tab)))
+    b.position_at_end(slow_bb)
+    b.ret(lane_by_lane(b, libm, x))
+
+
+def lane_by_lane(b: ir.IRBuilder, scalar: ir.Function, v):
+    """``scalar`` (a one-argument function) called on each lane of the vector ``v``."""
+    out = ir.Constant(v.type, ir.Undefined)
+    for lane in range(v.type.count):
+        k = _I32(lane)
+        out = b.insert_element(out, b.call(scalar, [b.extract_element(v, k)]), k)
+    return out
+
+
+@dataclass(frozen=True)
+class ExactLanes:
+    """One libm function written on vectors: where its data comes from, how to build it."""
+
+    data: Callable[[], object]  # () -> the data, or the reason there is none (a str)
+    build: Callable[[ir.Module, ir.Function, ir.Function, object], None]  # (module, fn, libm's scalar, data)
+    reason: str
+
+
+# libm symbol -> its vector form with libm's bits
+EXACT_LANES: dict[str, ExactLanes] = {
+    "exp": ExactLanes(
+        glibc_exp_data,
+        _build_glibc_exp,
+        "glibc __exp_fma: table exp, fixed fma sequence; constants and table read from the mapped libm",
+    ),
+}
+
+
+def _setting() -> str:
+    value = os.environ.get(ENV, "on").strip().lower()
+    if value not in ENV_VALUES:
+        raise ValueError(f"{ENV}={value!r}: allowed values are {', '.join(ENV_VALUES)}")
+    return value
+
+
+def define_variant(module: ir.Module, symbol: str, lanes: int, data) -> tuple[ir.Function, bool]:
+    """``<lanes x double> ptnumba_exact<lanes>_<symbol>(v)`` of ``module``, and whether it was
+    defined just now."""
+    fn, new = vector_function(module, f"ptnumba_exact{lanes}_{symbol}", _F64, lanes)
+    if new:
+        libm = module.globals.get(symbol) or ir.Function(module, ir.FunctionType(_F64, [_F64]), symbol)
+        EXACT_LANES[symbol].build(module, fn, libm, data)
+    return fn, new
+
+
+def vector_function(module: ir.Module, name: str, ety, lanes: int) -> tuple[ir.Function, bool]:
+    """``<lanes x ety> name(<lanes x ety>)`` of ``module`` (pure, linkonce_odr: not internal,
+    the linker would rename duplicates) and whether it was just declared (no body yet)."""
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn, False
+    vty = ir.VectorType(ety, lanes)
+    fn = ir.Function(module, ir.FunctionType(vty, [vty]), name)
+    fn.linkage = "linkonce_odr"
+    mark_pure(fn)
+    return fn, True
+
+
+def probe_inputs(symbol: str) -> np.ndarray:
+    """Inputs the self-check runs: every table slot and rounding boundary of its reduction,
+    the fast path's edges, overflow/underflow/subnormal results, specials, random values."""
+    rng = np.random.default_rng(20261201)
+    k = np.arange(-128 * 9, 128 * 9 + 1)
+    near_k = k * (np.log(2.0) / 128)
+    half = (k + 0.5) * (np.log(2.0) / 128)
+    edges = np.array([2.0**-54, 512.0, 709.782712893384, 709.79, -708.39641853226, -745.1332191019411, -745.14])
+    edges = np.concatenate([edges, -edges])
+    around = np.concatenate([np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf), edges])
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 5e-324, 1.0, -1.0])
+    mags = np.exp2(rng.uniform(-60, 10, 60_000)) * rng.choice([-1.0, 1.0], 60_000)
+    wide = rng.uniform(-760.0, 720.0, 60_000)
+    unit = rng.uniform(-1.0, 1.0, 20_000)
+    vals = np.concatenate([near_k, half, np.nextafter(half, np.inf), np.nextafter(half, -np.inf), around, specials, mags, wide, unit])
+    return np.ascontiguousarray(vals, dtype=np.float64)
+
+
+def _run_compiled(symbol: str, lanes: int, data, xs: np.ndarray) -> np.ndarray:
+    module = ir.Module(name=f"ptnumba_exact_check_{symbol}")
+    variant, _ = define_variant(module, symbol, lanes, data)
+    vty = variant.function_type.return_type
+    ptr = ir.PointerType(_F64)
+    drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr, _I64]), "drive")
+    entry, loop, done = (drive.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(_I64)
+    i.add_incoming(_I64(0), entry)
+    src = b.bitcast(b.gep(drive.args[0], [b.mul(i, _I64(lanes))]), ir.PointerType(vty))
+    dst = b.bitcast(b.gep(drive.args[1], [b.mul(i, _I64(lanes))]), ir.PointerType(vty))
+    b.store(b.call(variant, [b.load(src, align=8)]), dst, align=8)
+    nxt = b.add(i, _I64(1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_unsigned("<", nxt, drive.args[2]), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+    llb.initialize_native_target()
+    llb.initialize_native_asmprinter()
+    mod = llb.parse_assembly(str(module))
+    mod.verify()
+    features = ",".join(sorted(target_features()))
+    tm = llb.Target.from_default_triple().create_target_machine(cpu=llb.get_host_cpu_name(), features=features, opt=2)
+    engine = llb.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    n = len(xs) // lanes * lanes
+    x = np.ascontiguousarray(xs[:n])
+    y = np.empty_like(x)
+    fptr = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(engine.get_function_address("drive"))
+    fptr(x.ctypes.data, y.ctypes.data, n // lanes)
+    del engine
+    return y
+
+
+def libm_reference(symbol: str, xs: np.ndarray) -> np.ndarray:
+    """libm's own scalar ``symbol`` on each of ``xs`` (the symbol numba's code calls)."""
+    addr = llb.address_of_symbol(symbol)
+    fn = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(addr)
+    return np.array([fn(float(v)) for v in xs])
+
+
+def self_check(symbol: str, lanes: int, data) -> tuple[bool, str]:
+    """Compile ``symbol``'s vector form with ``data`` and compare it bit for bit with libm
+    on `probe_inputs` (NaN payloads aside): (identical, what was found)."""
+    xs = probe_inputs(symbol)
+    try:
+        got = _run_compiled(symbol, lanes, data, xs)
+    except Exception as err:  # a compile failure turns the entry off, never the kernel
+        return False, f"self-check did not compile: {err}"
+    want = libm_reference(symbol, xs[: len(got)])
+    same = (got.view(np.uint64) == want.view(np.uint64)) | (np.isnan(got) & np.isnan(want))
+    if not same.all():
+        bad = int(np.argmin(same))
+        return False, f"self-check: {int((~same).sum())} of {len(got)} probes differ from libm (x = {xs[bad]!r})"
+    return True, f"{EXACT_LANES[symbol].reason}; self-check {len(got):,} probes bit-identical"
+
+
+_STATUS: dict[tuple[str, int], tuple[bool, str]] = {}
+
+
+def status(symbol: str, lanes: int) -> tuple[bool, str]:
+    """(usable, why) for ``symbol``'s exact lanes at ``lanes`` doubles per vector, decided
+    once per process."""
+    key = (symbol, lanes)
+    if key not in _STATUS:
+        if symbol not in EXACT_LANES:
+            return False, f"no exact vector form of {symbol}"
+        if _setting() == "off":
+            return False, f"{ENV}=off"
+        data = EXACT_LANES[symbol].data()
+        _STATUS[key] = (False, data) if isinstance(data, str) else self_check(symbol, lanes, data)
+    return _STATUS[key]
+
+
+def report() -> list[str]:
+    """One line per exact-lane entry this process has decided on (for ``explain``)."""
+    return [f"{sym} x{lanes}: {'on' if ok else 'off'} ({why})" for (sym, lanes), (ok, why) in sorted(_STATUS.items())]
+
+
+def exact_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Function | None:
+    """The exact vector variant of ``symbol`` for ``module`` if it passed its self-check
+    (kept alive until vectorization once, when it is defined)."""
+    if fty != _F64 or symbol not in EXACT_LANES or not status(symbol, lanes)[0]:
+        return None
+    fn, new = define_variant(module, symbol, lanes, EXACT_LANES[symbol].data())
+    if new:
+        keep_alive(module, fn)
+    return fn
+
+
+def cache_key() -> tuple:
+    """What exact lanes depend on, for kernel cache keys: the setting and the libm data
+    (a kernel compiled with them off, or against another libm, is not reused)."""
+    if _setting() == "off":
+        return ("off",)
+    key = []
+    for symbol, entry in sorted(EXACT_LANES.items()):
+        data = entry.data()
+        key.append((symbol, data if isinstance(data, str) else (data.path, data.offset)))
+    return ("on", *key)
+
+
+def available(symbol: str, dtype: str) -> bool:
+    """Whether a lane call of ``symbol`` in ``dtype`` runs as exact vector code."""
+    isa = target_isa()
+    if dtype != "float64" or isa is None or symbol not in EXACT_LANES:
+        return False
+    return status(symbol, lane_count(isa, dtype))[0]
+
+
+__all__ = ["ENV", "EXACT_LANES", "available", "cache_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status", "vector_function"]

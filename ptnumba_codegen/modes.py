@@ -1,0 +1,58 @@
+"""The registered ``policy_codegen`` rewrites (the process-wide switch's) and `policy_mode`.
+
+| name | position | job |
+|---|---|---|
+| ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written.freeze`) |
+| ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
+| ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator (`ptnumba_codegen.passes.policy_codegen`) |
+"""
+
+from __future__ import annotations
+
+from pytensor.compile import optdb
+from pytensor.compile.mode import Mode
+
+from ptnumba_codegen.as_written.freeze import INLINE_POSITION, AsWrittenPass, InlineAsWritten
+from ptnumba_codegen.as_written.freeze import POSITION as AS_WRITTEN_POSITION
+from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
+from ptnumba_codegen.policy import Policy, load_policy
+
+KERNELS_NAME = "policy_kernels"
+AS_WRITTEN_NAME = "policy_as_written"
+INLINE_NAME = "policy_as_written_inline"
+
+# Registered under the policy_codegen tag only (not fast_run, not numba) until
+# ptnumba_codegen.enable() adds ``numba`` to each of them. The policy of `AS_WRITTEN` and
+# `KERNELS` is the switch's (None when off: the process default when selected by the tag).
+AS_WRITTEN = AsWrittenPass()
+KERNELS = PolicyCodegen()
+REGISTERED = {AS_WRITTEN_NAME: AS_WRITTEN, INLINE_NAME: InlineAsWritten(), KERNELS_NAME: KERNELS}
+_POSITIONS = {AS_WRITTEN_NAME: AS_WRITTEN_POSITION, INLINE_NAME: INLINE_POSITION, KERNELS_NAME: POSITION}
+for _name, _rewriter in REGISTERED.items():
+    optdb.register(_name, _rewriter, TAG, position=_POSITIONS[_name])
+
+
+def set_registered_policy(policy: Policy | None) -> None:
+    """The policy the registered rewrites run with (the switch's; None: the process default)."""
+    AS_WRITTEN.policy = policy
+    KERNELS.policy = policy
+
+
+def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
+    """A numba Mode whose kernels are generated under ``policy``.
+
+    ``policy`` is a preset name (``default``, ``strict``, ``fast``, ``as_written``), a path
+    to a TOML file, a loaded `Policy`, or ``None`` for the process default (the policy of
+    `ptnumba_codegen.enable` while it is on, else ``PTNUMBA_CODEGEN_POLICY``, else
+    ``default``). The policy is loaded (and validated) now, before anything is compiled.
+
+    The mode excludes the registered ``policy_codegen`` rewrites, so its own policy wins
+    over the process-wide switch (`ptnumba_codegen.enable`).
+    """
+    resolved = load_policy(KERNELS.policy if policy is None else policy)
+    mode = Mode(linker="numba", optimizer=optimizer).excluding(TAG)
+    return mode.register(
+        (AsWrittenPass(resolved), AS_WRITTEN_POSITION),
+        (InlineAsWritten(), INLINE_POSITION),
+        (PolicyCodegen(resolved), POSITION),
+    )

@@ -1,0 +1,115 @@
+"""The ``policy_kernels`` pass (`PolicyCodegen`): every kernel node gets a policy-carrying op.
+
+It is one of three rewrites, all selected by the ``policy_codegen`` tag (registered, and
+put into modes, by `ptnumba_codegen.modes`):
+
+| name | position | job |
+|---|---|---|
+| ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written.freeze`) |
+| ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
+| ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator |
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pytensor.graph.basic import Apply
+from pytensor.graph.rewriting.basic import GraphRewriter
+
+from ptnumba_codegen.runtime import allocator
+from ptnumba_codegen.passes.constant_writes import fold_constant_writes
+from ptnumba_codegen.analysis.whole_graph import program_sensitive_outputs, sensitive_variables
+from ptnumba_codegen.analysis.graph_ranges import graph_facts
+from ptnumba_codegen.backend.plans import planner_for
+from ptnumba_codegen.backend.ops import is_policy_op, with_policy
+from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
+from ptnumba_codegen.runtime.threads import ensure_threading
+from ptnumba_codegen.runtime.pools import pools_to_yield_to
+
+log = logging.getLogger("ptnumba_codegen")
+
+TAG = "policy_codegen"  # the tag selecting the three rewrites
+# After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
+POSITION = 100.5
+
+
+class PolicyCodegen(GraphRewriter):
+    """Give every kernel node (Elemwise, FusedElemwise, ScalarizedElemwise, CAReduce,
+    ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
+
+    ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
+    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes;
+    ``outer_pools`` names thread pools (`pools.POOLS`) used besides the graph's own (an
+    as-written copy's inner graph: those of the function it is part of). The
+    instance registered in ``optdb`` (`modes.KERNELS`) is the process-wide switch's:
+    `ptnumba_codegen.enable` sets its ``policy`` and `ptnumba_codegen.disable` resets it to
+    None (see ``switch.py``).
+    """
+
+    def __init__(
+        self,
+        policy: str | Policy | None = None,
+        kinds: tuple[type, ...] | None = None,
+        outer_pools: tuple[str, ...] = (),
+    ):
+        super().__init__()
+        self.policy = policy
+        self.kinds = kinds
+        self.outer_pools = tuple(outer_pools)
+
+    def add_requirements(self, fgraph):
+        pass
+
+    def apply(self, fgraph):
+        try:
+            policy = load_policy(self.policy)
+        except PolicyError as err:
+            raise PolicyLoadError(str(err)) from None
+        allocator.configure()  # once per process: freed intermediates kept for the next call
+        fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
+        facts = graph_facts(fgraph)
+        sensitive = sensitive_variables(fgraph, policy, facts)
+        if policy.parallel.enabled:
+            ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool
+        yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
+        taken = []
+        for node in fgraph.toposort():
+            if is_policy_op(node.op) or planner_for(node.op) is None:
+                continue
+            if self.kinds is not None and not isinstance(node.op, self.kinds):
+                continue
+            new_op = with_policy(
+                node.op, policy, program_sensitive_outputs(node, sensitive, facts), yields, facts.input_facts(node)
+            )
+            new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
+            for old, new in zip(node.outputs, new_node.outputs, strict=True):
+                new.name = old.name
+            fgraph.replace_all_validate(
+                list(zip(node.outputs, new_node.outputs, strict=True)), reason=TAG
+            )
+            taken.append(new_node)
+        if taken and log.isEnabledFor(logging.INFO):
+            log.info("%s", summarize(taken, policy))
+
+    def __str__(self):
+        return f"PolicyCodegen({self.policy!r})"
+
+
+
+def summarize(nodes, policy) -> str:
+    """'policy default: 7 kernels generated, 2 with libmvec calls, 1 fell back (...)'."""
+    from ptnumba_codegen.backend.plans import plan_node
+    from ptnumba_codegen.lowering.base import Unsupported
+
+    vectorized, fallbacks = 0, []
+    for node in nodes:
+        try:
+            vectorized += plan_node(node).body.uses_vector_math
+        except Unsupported as err:
+            fallbacks.append(f"{node.op}: {err}")
+    text = (
+        f"policy {policy.name}: {len(nodes) - len(fallbacks)} kernel(s) generated, "
+        f"{vectorized} with libmvec calls, {len(fallbacks)} fell back to the stock kernel"
+    )
+    return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")

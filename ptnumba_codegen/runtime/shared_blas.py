@@ -1,0 +1,102 @@
+"""One thread pool for loops and BLAS: OpenBLAS's parallel jobs run on numba's threads.
+
+numba's ``Dot`` and PyTensor's linear algebra call the OpenBLAS of scipy's wheel. Its
+worker threads spin (``sched_yield`` in a loop, ~2**28 cycles, about 0.1 s) after every
+call, so on a machine with few cores they take the cores from whatever runs next -- a
+split loop, another sampler chain, another process: a model's logp+dlogp ran many times
+slower (figures: docs/benchmarks.md, "Figures behind design choices").
+
+OpenBLAS (>= 0.3.28) lets the caller run its parallel jobs:
+``openblas_set_threads_callback_function(callback)``. `share_blas_pool` installs the
+split runtime's callback (``threads.BLAS_CALLBACK``), which runs each call's jobs
+concurrently, one GNU OpenMP parallel region per call, one BLAS call at a time (only over
+numba's ``omp`` threading layer, which gives a region as many threads as asked from any
+thread: level-3 jobs wait for each other, so they cannot run one after the other).
+OpenBLAS partitions the work before the callback sees it, so every result keeps its bits;
+only where the jobs run changes. OpenBLAS's own workers then fall asleep for good. A
+child made by ``fork()`` gives OpenBLAS its own threads back (GNU OpenMP cannot run in it).
+
+It is done once per process, when the split runtime starts (the first policy kernel that
+may split). It applies to every caller of that OpenBLAS in the process, stock kernels and
+``scipy.linalg`` included: their jobs then run on numba's threads (``NUMBA_NUM_THREADS``,
+not `set_parallel_enabled`, which is about split loops). Opt out with ``PTNUMBA_CODEGEN_SHARE_BLAS=0`` in the environment,
+or `unshare_blas_pool`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+ENV = "PTNUMBA_CODEGEN_SHARE_BLAS"
+SETTERS = ("scipy_openblas_set_threads_callback_function", "openblas_set_threads_callback_function")
+
+_STATE: dict = {}
+log = logging.getLogger("ptnumba_codegen")
+
+
+def _scipy_openblas():
+    """``(ctypes setter, library path)`` of the OpenBLAS scipy.linalg calls, or None."""
+    try:
+        import scipy.linalg.cython_blas  # noqa: F401  (loads the library numba's Dot calls)
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    infos = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    infos.sort(key=lambda i: "scipy.libs" not in i.get("filepath", ""))  # scipy's own first
+    for info in infos:
+        try:
+            lib = ctypes.CDLL(info["filepath"])
+        except OSError:
+            continue
+        for name in SETTERS:
+            setter = getattr(lib, name, None)
+            if setter is not None:
+                setter.argtypes = [ctypes.c_void_p]
+                setter.restype = None
+                return setter, info["filepath"]
+    return None
+
+
+def share_blas_pool(callback_address: int) -> bool:
+    """Run OpenBLAS's parallel jobs through ``callback_address``; False if it cannot."""
+    if os.environ.get(ENV, "1") == "0":
+        return False
+    if _STATE.get("path"):
+        return True
+    found = _scipy_openblas()
+    if found is None:
+        log.info("OpenBLAS keeps its own threads: no caller-managed threading (OpenBLAS < 0.3.28?)")
+        return False
+    setter, path = found
+    setter(callback_address)
+    _STATE.update(setter=setter, path=path)
+    _mark(True)
+    log.info("OpenBLAS (%s) runs its parallel jobs on numba's threads", path)
+    return True
+
+
+def unshare_blas_pool() -> None:
+    """Give OpenBLAS its own threads back."""
+    setter = _STATE.pop("setter", None)
+    _STATE.pop("path", None)
+    if setter is not None:
+        setter(None)
+    _mark(False)
+
+
+def unshare_in_child() -> None:
+    """After ``fork()``: OpenBLAS's own pool again (its fork handler rebuilds it)."""
+    if _STATE.get("setter") is not None:
+        unshare_blas_pool()
+
+
+def blas_pool_shared() -> bool:
+    return bool(_STATE.get("path"))
+
+
+def _mark(shared: bool) -> None:
+    from ptnumba_codegen.runtime.pools import set_shared
+
+    set_shared("OpenBLAS", shared)

@@ -1,0 +1,1 @@
+"""Tooling: benchmarks, workloads, the model catalogue, the demo, accuracy and the pytest plugin."""

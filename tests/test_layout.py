@@ -1,0 +1,205 @@
+"""The package layout (issue 22): the import graph has no circles, no module imports a
+``_private`` name of a module in another subpackage, and no emitter fact is read back by
+getattr/hasattr (emitters are typed: ``ptnumba_codegen.lowering.base.Emitter``)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "ptnumba_codegen"
+PACKAGE = "ptnumba_codegen"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+
+
+def _subpackage(name: str) -> str:
+    path = MODULES[name]
+    return ".".join(path.relative_to(ROOT.parent).parent.parts)
+
+
+def _resolve(target: str, attr: str | None = None) -> str | None:
+    """The package module an import names (``from a.b import c`` -> ``a.b.c`` if a module)."""
+    if attr is not None and f"{target}.{attr}" in MODULES:
+        return f"{target}.{attr}"
+    return target if target in MODULES else None
+
+
+def _imports(tree: ast.Module, top_level_only: bool):
+    """(module imported, names taken from it, line) for every import of the package."""
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if top_level_only and isinstance(node, (ast.If, ast.Try)):
+            stack.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            stack.extend(h for handler in getattr(node, "handlers", []) for h in handler.body)
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(PACKAGE) and _resolve(alias.name):
+                    yield alias.name, (), node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
+            for alias in node.names:
+                sub = _resolve(node.module, alias.name)
+                if sub and sub != node.module:
+                    yield sub, (), node.lineno
+                elif sub:
+                    yield sub, (alias.name,), node.lineno
+
+
+def _graph():
+    return {
+        name: {target for target, _, _ in _imports(tree, top_level_only=True) if target != name}
+        for name, tree in TREES.items()
+    }
+
+
+def _cycles(graph):
+    """Every strongly connected component of more than one module (Tarjan)."""
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_module_import_graph_has_no_circles():
+    assert _cycles(_graph()) == []
+
+
+def test_no_private_name_crosses_a_subpackage_boundary():
+    crossings = []
+    for name, tree in TREES.items():
+        here = _subpackage(name)
+        module_aliases = {}
+        for target, names, line in _imports(tree, top_level_only=False):
+            if not names:
+                continue
+            for taken in names:
+                if taken.startswith("_") and not taken.startswith("__") and _subpackage(target) != here:
+                    crossings.append(f"{name}:{line} takes {target}.{taken}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
+                for alias in node.names:
+                    sub = _resolve(node.module, alias.name)
+                    if sub and sub != node.module:
+                        module_aliases[alias.asname or alias.name] = sub
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and _resolve(alias.name):
+                        module_aliases[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in module_aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and _subpackage(module_aliases[node.value.id]) != here
+            ):
+                crossings.append(f"{name}:{node.lineno} reads {module_aliases[node.value.id]}.{node.attr}")
+    assert crossings == []
+
+
+EMITTER_FACTS = {"label", "without_lanes", "pays_alone", "scalar_form", "stock_key", "inner_stock_keys", "multi_output"}
+
+
+def test_no_emitter_fact_is_read_by_getattr_or_hasattr():
+    reads = []
+    for name, tree in TREES.items():
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in EMITTER_FACTS
+            ):
+                reads.append(f"{name}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
+    assert reads == []
+
+
+@pytest.mark.parametrize("folder", ["analysis", "passes", "as_written", "backend", "lowering", "lowering/vecmath", "runtime", "tools"])
+def test_every_folder_is_a_listed_package(folder):
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())
+    assert (ROOT / folder / "__init__.py").is_file()
+    assert f"{PACKAGE}.{folder.replace('/', '.')}" in pyproject["tool"]["setuptools"]["packages"]
+
+
+def _facts(emitter):
+    from ptnumba_codegen.lowering.base import Emitter
+
+    assert isinstance(emitter, Emitter)
+    return {
+        "label": emitter.label,
+        "without_lanes": None if emitter.without_lanes is None else _facts(emitter.without_lanes),
+        "pays_alone": bool(emitter.pays_alone),
+        "scalar_form": None if emitter.scalar_form is None else _facts(emitter.scalar_form),
+        "stock_key": emitter.stock_key is not None,
+        "inner_stock_keys": len(emitter.inner_stock_keys),
+    }
+
+
+def _wrapped_rows():
+    from ptnumba_codegen.lowering.rules import RULES
+
+    return sorted(
+        (op for op, rule in RULES.items() if rule.plan.__qualname__.startswith("in_output_dtype.")),
+        key=lambda op: op.__name__,
+    )
+
+
+def test_the_wrapped_rows_are_found():
+    names = {op.__name__ for op in _wrapped_rows()}
+    assert {"Add", "Mul", "Pow", "Sigmoid", "Softplus", "Log1mexp"} <= names
+
+
+@pytest.mark.parametrize("op_class", _wrapped_rows(), ids=lambda op: op.__name__)
+@pytest.mark.parametrize("preset", ["default", "fast", "strict"])
+@pytest.mark.parametrize("klass", ["arithmetic", "transcendental"])
+def test_a_wrapped_rule_keeps_its_unwrapped_siblings_facts(op_class, preset, klass):
+    """``in_output_dtype`` casts the inputs first and keeps every fact of the rule it wraps:
+    sigmoid(int32) plans as sigmoid(float64) does (vector form, scalar form, lanes)."""
+    from ptnumba_codegen.lowering.rules import plan_instr
+    from ptnumba_codegen.policy import load_policy
+
+    policy = load_policy(preset)
+    op = op_class()
+    nin = 2 if op.nin == -1 else op.nin
+    flags = policy.flags_for(klass, op_class.__name__)
+    sibling = plan_instr(op, ["float64"] * nin, ["float64"], flags=flags, klass=klass, policy=policy)
+    wrapped = plan_instr(op, ["int32"] + ["float64"] * (nin - 1), ["float64"], flags=flags, klass=klass, policy=policy)
+    assert _facts(wrapped) == _facts(sibling)
