@@ -189,12 +189,24 @@ def check_batch(batch: fg.Batch):
             problem = default_problem(d, ref, ref_probe, None, eps)
             if problem and d.dtype.kind == "f":  # outside the budget of strict: stock fastmath's?
                 problem = default_problem(d, ref, ref_probe, other("stock_fast", k, call), eps)
+            if problem and batch.graphs[_graph_of(label)] in OPEN_DEFAULT_FINDINGS:
+                problem = None  # an open bug, its xfail regression in test_fuzz_findings.py
             if problem:
                 failures.append(f"{label} (call {call}), policy default: {problem}\n    policy {d!r}\n    reference {ref!r}")
     _log({"graphs": len(outs), "divergences": sorted(set(divergences)), "failures": len(failures)})
     if failures:
         text = "\n".join(f"  {label}: {pytensor.printing.pprint(out)}" for label, out in zip(labels, outs, strict=True))
         raise AssertionError(f"{batch}\ngraphs:\n{text}\n" + "\n".join(failures))
+
+
+# Graphs whose default-policy result is a known open bug (each has a strict xfail regression
+# in test_fuzz_findings.py that passes once it is fixed; then remove it here).
+OPEN_DEFAULT_FINDINGS = {
+    # default computes 1.0 / int32 as 14.01 where strict, stock and py give 14.009999999776483
+    # (the quotient rounded to float32) on a broadcast (3, 1, 3) int64 input: found by the
+    # CI profile on numpy 2.5.5, present at 230776c too
+    ("add", ("sub", ("const", 7), ("in", 0)), ("true_div", ("const", 1.0), ("in", 5))),
+}
 
 
 # -- policy as_written against the graph as written ---------------------------------------
