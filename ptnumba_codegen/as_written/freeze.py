@@ -321,9 +321,10 @@ def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = (), cone
     if not computed and not self_compared:
         return None
     if kind == "node":
-        shared = None if cones is None else cones.values(computed_roots(node), policy, outer_pools)
+        keys = computed_roots(node)
+        shared = None if cones is None else cones.values(keys, policy, outer_pools)
         if shared is not None:
-            return _freeze_on_shared_cone(fgraph, node, dict(zip(computed_roots(node), shared)), policy, outer_pools)
+            return _freeze_on_shared_cone(fgraph, node, dict(zip(keys, shared)), policy, outer_pools)
         return _freeze_node(fgraph, node, roots, policy, outer_pools)
     return _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools)
 
