@@ -283,13 +283,25 @@ def test_explain_and_log_show_the_frozen_copies(caplog):
     assert "policy as_written: 1 decision(s) kept as written (2 ops in their cones)" in caplog.text  # ExpandDims(3.0), Mul
 
 
-def test_a_cone_through_a_matrix_product_stays_opaque_and_is_exact():
-    """grad(|z - X @ beta|): the gradient's sign decision recomputes X @ beta as written."""
+def products(fgraph) -> list:
+    """The matrix products of a function graph outside `AsWritten` copies."""
+    return [n for n in fgraph.toposort() if any(k in type(getattr(n.op, "core_op", n.op)).__name__ for k in ("Dot", "Gemv", "Gemm", "Matmul"))]
+
+
+def test_a_product_of_inputs_is_computed_once_as_written_for_cones_and_the_rest():
+    """grad(|z - X @ beta|): X @ beta reads inputs only, so it is computed once, as written
+    (the reference's own product), for the gradient's sign decision and for everything
+    else; the decision's cone then holds elementwise ops only and is inlined."""
     X, beta, z = pt.matrix("X"), pt.vector("beta"), pt.vector("z")
     logp = (-pt.abs(z - X @ beta)).sum()
     outs = [logp, pytensor.grad(logp, beta), pt.sign(z - X @ beta)]
     fn = compile_fn([X, beta, z], outs, "policy_as_written", cache_key="matmul")
-    assert [n.op.label for n in frozen(fn)] == ["Sign"]  # one copy (merged), opaque: it holds a Matmul
+    [shared] = frozen(fn)
+    assert shared.op.kind == "shared" and shared.op.label == "Matmul", shared.op
+    # the product as written, nowhere else: the gradient's X.T @ g is the one other product
+    assert len(products(fn.maker.fgraph)) == 1
+    assert all(shared not in [c for c, _ in fn.maker.fgraph.clients[i]] for n in products(fn.maker.fgraph) for i in n.inputs)
+    assert "Sign" in [r[1] for r in inlined(fn)]
     rng = np.random.default_rng(5)
     Xv, bv = rng.uniform(0.5, 2.0, (40, 3)), rng.uniform(0.5, 2.0, 3)
     zv = Xv @ bv  # BLAS's own product: exact ties for the sign
@@ -300,18 +312,38 @@ def test_a_cone_through_a_matrix_product_stays_opaque_and_is_exact():
     np.testing.assert_allclose(res[1], ref[1], rtol=1e-12)
 
 
+def test_a_product_of_computed_values_stays_in_its_cones_copy():
+    """X @ (b * c * d): the product's input is computed (a rewrite reassociates it), so the
+    product is not shared; it stays in the decision's opaque copy, exact."""
+    X, b, c, d, z = pt.matrix("X"), pt.vector("b"), pt.vector("c"), pt.vector("d"), pt.vector("z")
+    q = X @ (b * (c * d))
+    outs = [pt.le(q, z), (q**2).sum(), q]
+    fn = compile_fn([X, b, c, d, z], outs, "policy_as_written", cache_key="matmul_computed")
+    assert [n.op.kind for n in frozen(fn)] == ["decision"]
+    rng = np.random.default_rng(6)
+    Xv = rng.uniform(0.5, 2.0, (50, 3))
+    bv, cv, dv = (rng.uniform(0.5, 2.0, 3) for _ in range(3))
+    ref_fn = compile_fn([X, b, c, d, z], outs, "unoptimized_strict", cache_key="matmul_computed")
+    zv = ref_fn(Xv, bv, cv, dv, np.zeros(50))[2]  # the product as written: ties
+    ref, res = ref_fn(Xv, bv, cv, dv, zv), fn(Xv, bv, cv, dv, zv)
+    assert ref[0].all()
+    np.testing.assert_array_equal(res[0], ref[0])
+    for r, e in zip(res[1:], ref[1:], strict=True):
+        np.testing.assert_allclose(r, e, rtol=1e-12)
+
+
 def test_decisions_reading_one_cone_share_one_copy():
-    """PyMC's ``0 <= p <= 1`` on ``p = sigmoid(X @ beta)``: both checks read one opaque copy
-    of the cone (it holds a Matmul), each decision is put back into the kernels alone."""
+    """PyMC's ``0 <= p <= 1`` on ``p = sigmoid(X @ beta)``: both checks read one copy of the
+    cone, which reads the product computed once as written; the cone and each decision
+    are put back into the kernels."""
     X, beta, y = pt.matrix("X"), pt.vector("beta"), pt.vector("y")
     p = pt.sigmoid(X @ beta)
     ok = pt.all(pt.and_(pt.ge(p, 0.0), pt.le(p, 1.0)))
     logp = pt.switch(ok, (y * pt.log(p) + (1 - y) * pt.log1p(-p)).sum(), -np.inf)
     outs = [logp, pytensor.grad(logp, beta), pt.ge(p, 0.5)]
     fn = compile_fn([X, beta, y], outs, "policy_as_written", cache_key="shared_cone")
-    [copy] = frozen(fn)
-    assert copy.op.kind == "cone" and copy.op.label == "cone of Ge, Le, Ge", copy.op.label
-    assert sorted(r[1] for r in inlined(fn)) == ["Ge", "Ge", "Le"]
+    assert [(n.op.kind, n.op.label) for n in frozen(fn)] == [("shared", "Matmul")]
+    assert sorted(r[1] for r in inlined(fn)) == ["Ge", "Ge", "Le", "cone of Ge, Le, Ge"]
     rng = np.random.default_rng(7)
     Xv, bv = rng.normal(size=(60, 3)), np.array([0.0, 0.0, 0.0])
     Xv[:20] = 0.0  # p = 0.5 exactly: ties for the third output

@@ -36,7 +36,7 @@ from pytensor.scan.op import Scan
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.extra_ops import SearchsortedOp, Unique
-from pytensor.tensor.math import Argmax
+from pytensor.tensor.math import Argmax, Dot
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.sort import ArgSortOp, SortOp
 
@@ -271,3 +271,32 @@ def leaf_reason(var) -> str | None:
         return "has an output that is not a tensor or scalar (a generator, list, ...)"
     rule = mro_lookup(LEAF_RULES, node.op)
     return rule(node) if rule is not None else None
+
+
+# -- computed once, as written, for every reader ---------------------------------------------
+
+# op class -> why, when its float inputs are as written (leaves, or values moved from
+# leaves: `is_computed` is False), the pass computes it once, as written, for every reader:
+# the cones of the decisions and the rest of the graph. The cones then end at it (a leaf)
+# and, holding elementwise ops only, are inlined into the kernels; the rest of the graph
+# loses the rewrites of the op itself (not those of its readers).
+SHARED_OPS = {
+    Dot: "a BLAS product (Blockwise Matmul too): the rewritten form (Dot of an ExpandDims, "
+    "Gemv, Dot22) calls the same BLAS routines and fuses with nothing, so one product as "
+    "written costs the rest of the graph nothing and saves each cone its own pass over X",
+}
+
+
+def shared_reason(node) -> str | None:
+    """Why ``node`` is computed once, as written, for every reader (`SHARED_OPS`), or None.
+    A Blockwise is looked up by its core op."""
+    op = node.op.core_op if isinstance(node.op, Blockwise) else node.op
+    reason = mro_lookup(SHARED_OPS, op)
+    if reason is None or node.op.destroy_map:
+        return None
+    floats = [v for v in node.inputs if is_float(v)]
+    if not floats or all(_from_constants(v) for v in node.inputs):
+        return None  # nothing computed, or constant folding's to take
+    if any(is_computed(v) for v in floats):
+        return None  # its inputs are computed: it belongs to a cone copy
+    return reason

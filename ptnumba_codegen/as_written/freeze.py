@@ -8,6 +8,10 @@ to ``pytensor.function`` (gradients included), right after ``inline_ofg_expansio
 before ``merge1`` and ``canonicalize``. For every deciding node (the tables of
 `ptnumba_codegen.as_written.decisions`), in topological order:
 
+0. (once, before the decisions) every product that some cone reads and whose inputs are
+   as written (`decisions.SHARED_OPS`: ``X @ beta`` of a parameter vector) is put alone
+   into a one-op `AsWritten` copy (``kind="shared"``) that every reader reads, cones and
+   the rest of the graph: computed once, as written; the cones end at it (`share_ops`);
 1. take its float decision inputs and walk back through their producers to the leaves
    (graph inputs, shared variables, constants, random draws, earlier `AsWritten`
    results);
@@ -62,6 +66,7 @@ from ptnumba_codegen.as_written.decisions import (
     is_computed,
     is_float,
     leaf_reason,
+    shared_reason,
 )
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
@@ -171,7 +176,7 @@ def inline(fgraph, node):
     would be compiled fast; it stays opaque.
     """
     op = node.op
-    if op.kind == "inputs" or not inlinable(op.fgraph):
+    if op.kind in ("inputs", "shared") or not inlinable(op.fgraph):
         return None
     if op.kind == "cone" and any(_read_opaquely(fgraph, out) for out in node.outputs):
         return None  # not a decision: put back, it would be compiled fast
@@ -217,6 +222,9 @@ def summarize(nodes, policy) -> str:
         text += f", {len(cones)} cone(s) shared by several decisions ({sum(n.op.cone_size for n in cones)} ops)"
     if inputs:
         text += f", {len(inputs)} node(s) read as-written inputs ({sum(n.op.cone_size for n in inputs)} ops)"
+    shared = [n for n in nodes if n.op.kind == "shared"]
+    if shared:
+        text += f", {len(shared)} product(s) computed once for the cones and the rest ({', '.join(n.op.label for n in shared)})"
     return text
 
 
@@ -248,7 +256,7 @@ def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> l
     graphs' included. ``outer_pools``: the thread pools the function runs ops on (`pools`),
     which the kernels of opaque copies yield to like every other kernel of it."""
     fgraph.attach_feature(ReplaceValidate())
-    frozen = []
+    frozen = share_ops(fgraph, policy, outer_pools)
     cones = SharedCones(shared_roots(fgraph))
     for node in fgraph.toposort():
         if node not in fgraph.apply_nodes:
@@ -261,6 +269,40 @@ def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> l
         if new is not None:
             frozen.append(new)
     return frozen
+
+
+def cone_nodes(fgraph) -> set:
+    """The nodes in the cone of some decision of ``fgraph`` (not inside inner graphs)."""
+    nodes = set()
+    for node in fgraph.toposort():
+        rule = decision_rule(node)
+        if rule is None:
+            continue
+        _, seen = cone_leaves([node.inputs[p] for p in rule[1] if is_float(node.inputs[p])])
+        nodes.update(v.owner for v in seen if v.owner is not None and not is_leaf(v))
+    return nodes
+
+
+def share_ops(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> list:
+    """Put every node of a decision's cone that `SHARED_OPS` lists, and whose inputs are
+    as written, into a one-op `AsWritten` copy (``kind="shared"``) that every reader of
+    the node reads: the product is computed once, as written, and the cones end at it.
+    The new nodes, in graph order (a product of products is shared whole, inner first)."""
+    in_cones = cone_nodes(fgraph)
+    shared = []
+    for node in fgraph.toposort():
+        if node not in in_cones or node not in fgraph.apply_nodes or shared_reason(node) is None:
+            continue
+        leaves = list(dict.fromkeys(v for v in node.inputs if not isinstance(v, Constant)))
+        op = AsWritten(
+            FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=str(node.op), kind="shared", outer_pools=outer_pools
+        )
+        new = op.make_node(*leaves)
+        for old, out in zip(node.outputs, new.outputs, strict=True):
+            out.name = old.name
+        fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
+        shared.append(new)
+    return shared
 
 
 def computed_roots(node) -> tuple:

@@ -28,8 +28,10 @@ REASON = "as_written"
 
 
 class AsWritten(Op):
-    """A decision and its cone (``kind="decision"``), or the cones of some decision inputs
-    of a node that stays (``kind="inputs"``), computed as written.
+    """A decision and its cone (``kind="decision"``), the cones of some decision inputs of a
+    node that stays (``kind="inputs"``), a cone several decisions read (``kind="cone"``), or
+    one product of as-written inputs that every reader reads (``kind="shared"``), computed
+    as written.
 
     ``fgraph``, ``policy`` and ``outer_pools`` are its identity (the policy's threads setting
     reaches the inner kernels; ``outer_pools`` names the thread pools the function it is
