@@ -235,13 +235,7 @@ def _build_blas_callback(mod, parallel_for):
             index = b.add(first, loop.index)
             b.call(dojob, [b.trunc(index, I32), b.gep(data, [b.mul(index, elsize)]), extra])
 
-    # trampoline(args, dims, steps, job): job numbers arrive as args[0] (NULL, step 1)
-    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_blas_trampoline")
-    tramp.linkage = "internal"
-    b = ir.IRBuilder(tramp.append_basic_block("entry"))
-    args, dims, _steps, data = tramp.args
-    run_jobs(b, b.bitcast(data, job_ty.as_pointer()), b.ptrtoint(b.load(args), I64), b.load(dims))
-    b.ret_void()
+    tramp = _build_blas_trampoline(mod, job_ty, run_jobs)
 
     fn = ir.Function(mod, BLAS_CALLBACK_TYPE, BLAS_CALLBACK)
     _sync, dojob, numjobs, elsize, jobdata, extra = fn.args
@@ -251,15 +245,7 @@ def _build_blas_callback(mod, parallel_for):
         b.store(v, b.gep(job, [I32(0), I32(k)]))
     n = b.sext(numjobs, I64)
     blas_lock = b.gep(gate, [I32(0), I32(3)])
-    # the BLAS lock (held for the call: spin, yielding the core)
-    spin, locked = fn.append_basic_block("spin"), fn.append_basic_block("locked")
-    b.branch(spin)
-    b.position_at_end(spin)
-    got = b.extract_value(b.cmpxchg(blas_lock, I32(0), I32(1), "acquire", "monotonic"), 1)
-    with b.if_then(b.not_(got)):
-        b.call(sched_yield, [])
-    b.cbranch(got, locked, spin)
-    b.position_at_end(locked)
+    _spin_lock(fn, b, blas_lock, sched_yield)  # the BLAS lock, held for the call
     in_region = b.icmp_signed("!=", b.call(omp_in_parallel, []), I32(0))
     several = b.icmp_signed(">=", n, I64(2))
     with b.if_then(b.and_(several, in_region), likely=False):
@@ -279,6 +265,29 @@ def _build_blas_callback(mod, parallel_for):
                 run_jobs(b, job, I64(0), n)
     b.store_atomic(I32(0), blas_lock, "release", 4)
     b.ret_void()
+
+
+def _build_blas_trampoline(mod, job_ty, run_jobs):
+    """``trampoline(args, dims, steps, job)``: job numbers arrive as args[0] (NULL, step 1)."""
+    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_blas_trampoline")
+    tramp.linkage = "internal"
+    b = ir.IRBuilder(tramp.append_basic_block("entry"))
+    args, dims, _steps, data = tramp.args
+    run_jobs(b, b.bitcast(data, job_ty.as_pointer()), b.ptrtoint(b.load(args), I64), b.load(dims))
+    b.ret_void()
+    return tramp
+
+
+def _spin_lock(fn, b, lock, sched_yield):
+    """Take ``lock`` (an i32, 0 = free): spin, yielding the core, until this thread has it."""
+    spin, locked = fn.append_basic_block("spin"), fn.append_basic_block("locked")
+    b.branch(spin)
+    b.position_at_end(spin)
+    got = b.extract_value(b.cmpxchg(lock, I32(0), I32(1), "acquire", "monotonic"), 1)
+    with b.if_then(b.not_(got)):
+        b.call(sched_yield, [])
+    b.cbranch(got, locked, spin)
+    b.position_at_end(locked)
 
 
 def _gufunc_arrays(b, count):
@@ -337,18 +346,33 @@ def _build_runtime(with_blas: bool):
     gate = ir.GlobalVariable(mod, ir.ArrayType(I32, 4), GATE_SYMBOL)
     get_num_threads = ir.Function(mod, ir.FunctionType(I64, []), "get_num_threads")
     parallel_for = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P] * 5 + [I64] * 3), "numba_parallel_for")
-    job_ty = ir.LiteralStructType([I8P, I8P, I64, I64, I32.as_pointer()])  # chunk, state, clen, n0, err
-    chunk_ty = ir.FunctionType(I32, [I8P, I8P.as_pointer(), I8P, I64, I64]).as_pointer()
+    tramp = _build_chunk_trampoline(mod)
+    _build_try_split(mod, gate, get_num_threads, parallel_for, tramp)
+    _build_record(mod)
+    if with_blas:
+        _build_blas_callback(mod, parallel_for)
 
-    # -- trampoline(args, dims, steps, job): chunk numbers arrive as args[0] (NULL, step 1)
+    library.add_ir_module(mod)
+    library.finalize()
+    return library
+
+
+JOB_TYPE = ir.LiteralStructType([I8P, I8P, I64, I64, I32.as_pointer()])  # chunk, state, clen, n0, err
+CHUNK_TYPE = ir.FunctionType(I32, [I8P, I8P.as_pointer(), I8P, I64, I64])  # numba's calling convention
+
+
+def _build_chunk_trampoline(mod):
+    """``trampoline(args, dims, steps, job)``: the chunks ``args[0] .. args[0] + dims[0]``
+    (chunk numbers arrive as args[0], NULL, step 1), each ``chunk(state, lo, hi)``; a chunk
+    that fails sets the job's error flag."""
     tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_split_trampoline")
     tramp.linkage = "internal"
     b = ir.IRBuilder(tramp.append_basic_block("entry"))
     args, dims, _steps, data = tramp.args
-    job = b.bitcast(data, job_ty.as_pointer())
+    job = b.bitcast(data, JOB_TYPE.as_pointer())
     fields = [b.load(b.gep(job, [I32(0), I32(k)])) for k in range(5)]
     chunk, state, clen, n0, err = fields
-    chunk = b.bitcast(chunk, chunk_ty)
+    chunk = b.bitcast(chunk, CHUNK_TYPE.as_pointer())
     first = b.ptrtoint(b.load(args), I64)
     count = b.load(dims)
     retslot = b.alloca(I64)
@@ -371,8 +395,12 @@ def _build_runtime(with_blas: bool):
     b.branch(loop_bb)
     b.position_at_end(done_bb)
     b.ret_void()
+    return tramp
 
-    # -- try_split
+
+def _build_try_split(mod, gate, get_num_threads, parallel_for, tramp):
+    """``ptnumba_codegen_try_split``: the call-time decision (module docstring) and, when
+    it says yes, the chunks run on numba's threads through ``tramp``."""
     fn = ir.Function(mod, TRY_SPLIT_TYPE, TRY_SPLIT)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     chunk, state, n0, total, min_elements, cap, rows, align, clen_slot, err_slot, stats = fn.args
@@ -399,21 +427,12 @@ def _build_runtime(with_blas: bool):
     require(b.icmp_signed(">=", nchunks, I64(2)))
     enabled = b.load_atomic(b.gep(gate, [I32(0), I32(0)]), "monotonic", 4)
     require(b.icmp_signed("!=", enabled, I32(0)))
-    # measured choice: one thread first, split second, then the faster (with a margin),
-    # the other way once every EXPLORE_EVERY calls
-    calls = b.load_atomic(_stat(b, stats, 2), "monotonic", 8)
-    b.store_atomic(b.add(calls, I64(1)), _stat(b, stats, 2), "monotonic", 8)
-    split_cost, one_cost = _load_average(b, stats, 0), _load_average(b, stats, 1)
-    require(b.fcmp_ordered("!=", one_cost, DBL(0.0)), one_thread)
-    prefer = b.fcmp_ordered("<", b.fmul(split_cost, DBL(1.0 / SPLIT_MARGIN)), one_cost)
-    explore = b.icmp_signed("==", b.urem(calls, I64(EXPLORE_EVERY)), I64(EXPLORE_EVERY - 1))
-    unmeasured = b.fcmp_ordered("==", split_cost, DBL(0.0))
-    require(b.or_(unmeasured, b.xor(prefer, explore)), one_thread)
+    _require_measured_choice(b, stats, require, one_thread)
     busy = b.gep(gate, [I32(0), I32(1)])
     require(b.extract_value(b.cmpxchg(busy, I32(0), I32(1), "acquire", "monotonic"), 1))
     b.store(clen, clen_slot)
     b.store(I32(0), err_slot)
-    job = b.alloca(job_ty)
+    job = b.alloca(JOB_TYPE)
     for k, v in enumerate((chunk, state, clen, n0, err_slot)):
         b.store(v, b.gep(job, [I32(0), I32(k)]))
     a_args, a_dims, a_steps = _gufunc_arrays(b, nchunks)
@@ -429,18 +448,27 @@ def _build_runtime(with_blas: bool):
     failed = b.icmp_signed("!=", b.load_atomic(err_slot, "monotonic", 4), I32(0))
     b.ret(b.select(failed, I32(SPLIT_RAISED), I32(SPLIT_DONE)))
 
-    # -- record(stats, cycles, total)
+
+def _require_measured_choice(b, stats, require, one_thread):
+    """Go on (split) only if the kernel's measurements say so: one thread first, split
+    second, then the faster (with a margin), the other way once every EXPLORE_EVERY calls;
+    else branch to ``one_thread`` (run there, timed)."""
+    calls = b.load_atomic(_stat(b, stats, 2), "monotonic", 8)
+    b.store_atomic(b.add(calls, I64(1)), _stat(b, stats, 2), "monotonic", 8)
+    split_cost, one_cost = _load_average(b, stats, 0), _load_average(b, stats, 1)
+    require(b.fcmp_ordered("!=", one_cost, DBL(0.0)), one_thread)
+    prefer = b.fcmp_ordered("<", b.fmul(split_cost, DBL(1.0 / SPLIT_MARGIN)), one_cost)
+    explore = b.icmp_signed("==", b.urem(calls, I64(EXPLORE_EVERY)), I64(EXPLORE_EVERY - 1))
+    unmeasured = b.fcmp_ordered("==", split_cost, DBL(0.0))
+    require(b.or_(unmeasured, b.xor(prefer, explore)), one_thread)
+
+
+def _build_record(mod):
+    """``ptnumba_codegen_split_record(stats, cycles, total)``: one one-thread run's time."""
     rec = ir.Function(mod, RECORD_TYPE, RECORD)
     b = ir.IRBuilder(rec.append_basic_block("entry"))
     _update_average(b, rec.args[0], 1, rec.args[1], rec.args[2])
     b.ret_void()
-
-    if with_blas:
-        _build_blas_callback(mod, parallel_for)
-
-    library.add_ir_module(mod)
-    library.finalize()
-    return library
 
 
 __all__ = ["RECORD", "RECORD_TYPE", "STATS_TYPE", "TRY_SPLIT", "TRY_SPLIT_TYPE", "ceil_div", "read_cycles", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin", "split_launches"]
