@@ -41,7 +41,7 @@ def _parts_note(op, plan) -> list[str]:
     parts = ", ".join(
         f"{type(n.op).__name__}{' (policy)' if hasattr(n.op, 'policy') else ''}" for n in plan.stock_op.toposort()
     )
-    return [f"    lowered as its parts (indexed_split: the body calls vector functions): {parts}"]
+    return [f"    lowered as its parts (indexed_parts: the body calls vector functions): {parts}"]
 
 
 def _no_note(op, plan) -> list[str]:
@@ -49,7 +49,7 @@ def _no_note(op, plan) -> list[str]:
 
 
 # KernelPlan.kind -> the lines explain adds about how the kernel runs
-PLAN_NOTES = {"loop": _threads_note, "stock_loop": _stock_loop_note, "split": _parts_note}
+PLAN_NOTES = {"loop": _threads_note, "stock_loop": _stock_loop_note, "parts": _parts_note}
 
 
 def _fmt_flags(flags) -> str:
