@@ -28,9 +28,9 @@ _FP_RE = re.compile(r"= (?:tail )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\b")
 def _threads_note(op, plan) -> list[str]:
     if plan.spec is None:
         return []
-    from ptnumba_codegen.lowering.chunks import split_decision
+    from ptnumba_codegen.lowering.chunks import chunk_decision
 
-    return [f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}"]
+    return [f"    threads: {chunk_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}"]
 
 
 def _stock_loop_note(op, plan) -> list[str]:

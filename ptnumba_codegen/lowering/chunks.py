@@ -1,15 +1,15 @@
-"""Split a large loop nest across numba's threading layer: the per-kernel half.
+"""Run a large loop nest in chunks across numba's threading layer: the per-kernel half.
 
 Memory-bound kernels (``maximum(x, y) * z``, ``x * y + z``) are limited by what one core
 can stream; a second core roughly doubles that. The loop nest is emitted once, in a
-*chunk function* ``chunk(state, lo, hi)`` that runs the nest with the split axis
-(``loop.split_axis``) restricted to ``[lo, hi)``. The kernel asks the process-wide helper
-(``runtime.threads.TRY_SPLIT``) to run the chunks on numba's threads; when it declines (small
+*chunk function* ``chunk(state, lo, hi)`` that runs the nest with the chunk axis
+(``loop.chunk_axis``) restricted to ``[lo, hi)``. The kernel asks the process-wide helper
+(``runtime.threads.TRY_CHUNKS``) to run the chunks on numba's threads; when it declines (small
 loop, one thread, gate closed, another split running) or a chunk raised, the kernel calls
 the chunk on its own thread.
 
-Results never depend on the split: only loops whose split axis is not reduced are
-split, or full reductions in shape-fixed blocks (``loop.split_axis``), so every element and
+Results never depend on the chunks: only loops whose chunk axis is not reduced are
+split, or full reductions in shape-fixed blocks (``loop.chunk_axis``), so every element and
 every accumulator is computed by one thread in the same order, and libmvec calls give the
 same bits in a vector body or a remainder (``vecmath.libmvec``). The chunk boundaries of 1-d
 loops are multiples of 64 elements, so threads never write the same cache line. A chunk
@@ -28,16 +28,16 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.flags import TRANSCENDENTAL
-from ptnumba_codegen.lowering.loop import combine, split_axis, static_lengths
+from ptnumba_codegen.lowering.loop import combine, chunk_axis, static_lengths
 from ptnumba_codegen.runtime.threads import (
     MEASURE_ONE_THREAD,
     RECORD,
     RECORD_TYPE,
-    SPLIT_DONE,
-    SPLIT_RAISED,
+    CHUNKS_DONE,
+    CHUNK_RAISED,
     STATS_TYPE,
-    TRY_SPLIT,
-    TRY_SPLIT_TYPE,
+    TRY_CHUNKS,
+    TRY_CHUNKS_TYPE,
     ceil_div,
     read_cycles,
     smin,
@@ -61,51 +61,51 @@ CHUNK_ARGTYPES = [types.voidptr, types.intp, types.intp]  # chunk(state, lo, hi)
 
 
 @dataclass(frozen=True)
-class Split:
+class Chunking:
     """The static part of the decision: the thread cap and the element threshold."""
 
     threads: int  # 0: numba.get_num_threads(); else at most this many
     min_elements: int
 
 
-def split_for(parallel, planned) -> Split:
+def chunking_for(parallel, planned) -> Chunking:
     """The policy's ``[parallel]`` applied to one body (heavier bodies split earlier)."""
     heavy = sum(1 for klass in planned.classes if klass == TRANSCENDENTAL)
-    return Split(parallel.threads, max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy)))
+    return Chunking(parallel.threads, max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy)))
 
 
-def split_decision(spec, planned, parallel, yields_to=()) -> tuple[bool, Split | None, str]:
-    """``(chunked, split, why)`` for one kernel: whether its loop goes through a chunk
-    function, the static part of the split decision (None: never split), and why.
+def chunk_decision(spec, planned, parallel, yields_to=()) -> tuple[bool, Chunking | None, str]:
+    """``(chunked, chunking, why)`` for one kernel: whether its loop goes through a chunk
+    function, the static part of the decision to run it on threads (None: never), and why.
     ``yields_to``: the other thread pools of the kernel's function (`pools`)."""
-    axis = split_axis(spec)
+    axis = chunk_axis(spec)
     if axis is None:
         return False, None, "never split: every axis is reduced, of length 1 or short by its type, or a full reduction must keep its order"
     if planned.stock_keys:
         return False, None, "never split: the body calls a stock function"
     if parallel is None:
         return True, None, "never split: no policy"
-    split = split_for(parallel, planned)
-    if spec.static_size is not None and spec.static_size < split.min_elements:
-        return False, None, f"never split: its static size {spec.static_size} is below {split.min_elements} elements"
+    chunking = chunking_for(parallel, planned)
+    if spec.static_size is not None and spec.static_size < chunking.min_elements:
+        return False, None, f"never split: its static size {spec.static_size} is below {chunking.min_elements} elements"
     if not parallel.enabled:
         return True, None, "never split: threads = 1"
     if yields_to:
         return True, None, f"never split: {yield_reason(yields_to)}"
     blocked = any(r is not None and r.scalar_acc for r in (spec.reduces or ()))
-    cap = "numba.get_num_threads()" if split.threads == 0 else f"at most {split.threads}"
+    cap = "numba.get_num_threads()" if chunking.threads == 0 else f"at most {chunking.threads}"
     how = f"in shape-fixed blocks along axis {axis}" if blocked else f"along axis {axis}"
-    return True, split, f"split {how} from {split.min_elements} elements, on {cap} threads"
+    return True, chunking, f"split {how} from {chunking.min_elements} elements, on {cap} threads"
 
 
-def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_shape, split: Split | None):
+def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_shape, chunking: Chunking | None):
     """Emit ``nest`` in a chunk function and the code that runs it, split or not.
 
-    Every splittable loop goes through the chunk function, whatever the policy says about
+    Every loop with a chunk axis goes through the chunk function, whatever the policy says about
     threads, so the ``threads`` setting (and the call-time decision) never changes a bit.
-    ``split=None``: the chunk function is called on this thread only.
+    ``chunking=None``: the chunk function is called on this thread only.
 
-    Full reductions (``x.sum()``) are *blocked*: the split axis is cut into blocks whose
+    Full reductions (``x.sum()``) are *blocked*: the chunk axis is cut into blocks whose
     size depends on the shape alone (``block_rows``), each block accumulates from the
     identity into its own partial, and the partials are combined in block order. Threads
     take whole blocks, so the result is the same for any thread count.
@@ -114,7 +114,7 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     chunk = chunks.emit_function(builder.module, arrays)
     state, parts = chunks.fill_state(builder, input_values, outputs, iter_shape)
     state_p = builder.bitcast(state, I8P)
-    n0 = iter_shape[chunks.axis]  # the split axis: "rows" below are its indices
+    n0 = iter_shape[chunks.axis]  # the chunk axis: "rows" below are its indices
     total = chunks.intp(1)
     for length in iter_shape:
         total = builder.mul(total, length)
@@ -123,12 +123,12 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         rows = block_rows(builder, chunks.intp, n0, total)
         builder.store(rows, chunks.field(builder, state, chunks.CHUNK))
         nblocks = ceil_div(builder, n0, rows)
-    if split is None:
+    if chunking is None:
         chunks.run_on_this_thread(builder, chunk, state_p, n0)
         chunks.combine_partials(builder, outputs, parts, nblocks)
         return
-    outcome, stats_p = chunks.try_on_threads(builder, chunk, state, state_p, n0, total, rows, split)
-    with builder.if_then(builder.icmp_signed("!=", outcome, I32(SPLIT_DONE))):  # declined, or a chunk raised
+    outcome, stats_p = chunks.try_on_threads(builder, chunk, state, state_p, n0, total, rows, chunking)
+    with builder.if_then(builder.icmp_signed("!=", outcome, I32(CHUNKS_DONE))):  # declined, or a chunk raised
         chunks.run_timed_if_asked(builder, outcome, stats_p, total, chunk, state_p, n0)
     chunks.combine_partials(builder, outputs, parts, nblocks)
 
@@ -141,7 +141,7 @@ class Chunks:
 
     context: object
     nest: object  # the loop.LoopNest
-    axis: int  # the split axis (``loop.split_axis``)
+    axis: int  # the chunk axis (``loop.chunk_axis``)
     accs: list[int]  # the outputs accumulated in a register (blocked full reductions)
     acc_types: dict
     part_tys: dict  # accumulator output -> the LLVM array of its blocks' partials
@@ -160,7 +160,7 @@ class Chunks:
         out_fields = [part_tys[i].as_pointer() if i in part_tys else o._getvalue().type for i, o in enumerate(outputs)]
         fields = [v.type for v in input_values] + out_fields + [intp] * len(iter_shape) + [intp, I32]
         state_ty = ir.LiteralStructType(fields)
-        return cls(context, nest, split_axis(spec), accs, acc_types, part_tys, state_ty, len(input_values), len(outputs), len(iter_shape))
+        return cls(context, nest, chunk_axis(spec), accs, acc_types, part_tys, state_ty, len(input_values), len(outputs), len(iter_shape))
 
     @property
     def intp(self):
@@ -258,7 +258,7 @@ class Chunks:
                 # every float max/min accumulator in a register has its zero key (keyed)
                 builder.store(combine(builder, red.op, ty, builder.load(outputs[i]), part, keyed=True), outputs[i])
 
-    def try_on_threads(self, builder, chunk, state, state_p, n0, total, rows, split: Split):
+    def try_on_threads(self, builder, chunk, state, state_p, n0, total, rows, chunking: Chunking):
         """The call asking the process-wide helper to run the chunks on numba's threads:
         ``(outcome, the kernel's statistics)``."""
         module, intp = builder.module, self.intp
@@ -267,16 +267,16 @@ class Chunks:
         stats.linkage = "internal"
         stats.initializer = ir.Constant(STATS_TYPE, None)
         stats_p = builder.gep(stats, [I32(0), I32(0)])
-        try_split = cgutils.get_or_insert_function(module, TRY_SPLIT_TYPE, TRY_SPLIT)
+        try_chunks = cgutils.get_or_insert_function(module, TRY_CHUNKS_TYPE, TRY_CHUNKS)
         outcome = builder.call(
-            try_split,
+            try_chunks,
             [
                 builder.bitcast(chunk, I8P),
                 state_p,
                 n0,
                 total,
-                intp(split.min_elements),
-                intp(split.threads),
+                intp(chunking.min_elements),
+                intp(chunking.threads),
                 rows if self.accs else intp(0),
                 intp(CHUNK_ALIGN if self.axis == self.nd - 1 else 1),  # the innermost axis: whole cache lines
                 self.field(builder, state, self.CHUNK),
@@ -299,7 +299,7 @@ class Chunks:
 
     def _raise_if_a_worker_raised(self, builder, outcome):
         """An inplace loop cannot be rerun (its inputs are overwritten): say so instead."""
-        with builder.if_then(builder.icmp_signed("==", outcome, I32(SPLIT_RAISED)), likely=False):
+        with builder.if_then(builder.icmp_signed("==", outcome, I32(CHUNK_RAISED)), likely=False):
             self.context.call_conv.return_user_exc(
                 builder,
                 RuntimeError,
@@ -335,7 +335,7 @@ def _rolled_loop(builder, count):
 
 
 def block_rows(builder, intp, n0, total):
-    """Indices of the split axis per reduction block: about BLOCK_ELEMENTS elements, at
+    """Indices of the chunk axis per reduction block: about BLOCK_ELEMENTS elements, at
     most MAX_BLOCKS blocks. A function of the shape alone, never of the thread count."""
     safe_n0 = builder.select(builder.icmp_signed(">", n0, intp(0)), n0, intp(1))
     inner = builder.sdiv(total, safe_n0)
@@ -345,4 +345,4 @@ def block_rows(builder, intp, n0, total):
     return builder.select(builder.icmp_signed(">", rows, least), rows, least)
 
 
-__all__ = ["Split", "emit_chunked", "split_decision", "split_for"]
+__all__ = ["Chunking", "chunk_decision", "chunking_for", "emit_chunked"]

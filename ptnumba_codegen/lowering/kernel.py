@@ -30,7 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 from ptnumba_codegen.lowering.base import numba_type
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
-from ptnumba_codegen.lowering.chunks import emit_chunked, split_decision
+from ptnumba_codegen.lowering.chunks import emit_chunked, chunk_decision
 from ptnumba_codegen.runtime.threads import ensure_threading
 
 KERNEL_JIT_OPTIONS = {
@@ -157,10 +157,10 @@ def define(src: str, **env):
     return env[src[4 : src.index("(")]]
 
 
-def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, split=None):
+def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, chunking=None):
     """The intrinsic emitting the loop nest and the scalar body, and its dry run."""
     body_types = [numba_type(d) for d in planned.program.output_dtypes]
-    run_nest = functools.partial(emit_chunked, split=split) if chunked else None
+    run_nest = functools.partial(emit_chunked, chunking=chunking) if chunked else None
 
     def emit(context, builder, input_types, values):
         return emit_loop(
@@ -240,11 +240,11 @@ def build_kernel(
 
 
 def _loop_for(spec: LoopSpec, planned: PlannedBody, name: str, parallel, yields_to):
-    """The loop intrinsic of ``spec``, through a chunk function when `split_decision` says."""
-    chunked, split, _why = split_decision(spec, planned, parallel, yields_to)
-    if split is not None and not ensure_threading():
-        split = None
-    return make_loop(spec, planned, name, chunked, split)
+    """The loop intrinsic of ``spec``, through a chunk function when `chunk_decision` says."""
+    chunked, chunking, _why = chunk_decision(spec, planned, parallel, yields_to)
+    if chunking is not None and not ensure_threading():
+        chunking = None
+    return make_loop(spec, planned, name, chunked, chunking)
 
 
 @dataclass(frozen=True)

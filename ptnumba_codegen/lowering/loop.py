@@ -302,15 +302,16 @@ def blockable(red: Reduce) -> bool:
     return "reassoc" in red.flags
 
 
-def split_axis(spec: LoopSpec) -> int | None:
-    """The axis a loop may be split along across threads without changing a bit, or None.
+def chunk_axis(spec: LoopSpec) -> int | None:
+    """The axis a loop may be cut into chunks along, run across threads without changing a
+    bit (the chunk axis), or None.
 
     Every element is computed once, by one thread. A partial reduction is safe when the
-    split axis is not one it reduces over (each thread owns whole output elements); a full
+    chunk axis is not one it reduces over (each thread owns whole output elements); a full
     reduction when it is ``blockable`` (blocks fixed by the shape, combined in order). The
     axis is the first one that is neither reduced nor statically of length 1 (a row vector
-    ``(1, N)`` splits along N) nor shorter than `MIN_SPLIT_LENGTH` by its type: the chunk
-    function runs the split axis over ``[lo, hi)``, so LLVM no longer knows its trip count;
+    ``(1, N)`` splits along N) nor shorter than `MIN_CHUNK_LENGTH` by its type: the chunk
+    function runs the chunk axis over ``[lo, hi)``, so LLVM no longer knows its trip count;
     the 2 columns of a mixture's gradient then became a loop vectorized 8 wide that never
     runs its vector body, under a scalar loop over the rows (3x slower), for at most 2 chunks.
     """
@@ -331,14 +332,14 @@ def split_axis(spec: LoopSpec) -> int | None:
     for d in range(spec.ndim):
         if d in reduced or all(bc[d] for bc in arrays):
             continue
-        if static[d] is not None and static[d] < MIN_SPLIT_LENGTH:
+        if static[d] is not None and static[d] < MIN_CHUNK_LENGTH:
             continue
         return d
     return None
 
 
-# An axis shorter than this by its type is never split (`split_axis`).
-MIN_SPLIT_LENGTH = 64
+# An axis shorter than this by its type is never the chunk axis (`chunk_axis`).
+MIN_CHUNK_LENGTH = 64
 
 
 def emit_loop(
@@ -640,4 +641,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "flat_spec", "split_axis"]
+__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "flat_spec", "chunk_axis"]

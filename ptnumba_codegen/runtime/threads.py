@@ -22,7 +22,7 @@ another sampler chain calling the same logp, a BLAS or XLA pool still spinning a
 call, a virtual machine's slow wake-ups. Each kernel keeps ``stats`` (a static
 ``[4 x i64]``: cycles per element split and on one thread, as moving averages, and a
 call count). Its first eligible call runs on one thread, the second split; after that
-it splits only when splitting measured at least ``SPLIT_MARGIN`` faster, and every
+it splits only when splitting measured at least ``CHUNKS_MARGIN`` faster, and every
 ``EXPLORE_EVERY``-th call runs the other way once to refresh that estimate. A result never
 depends on the choice (split and unsplit loops run the same machine code per element and
 per block), only the time does.
@@ -47,16 +47,18 @@ from llvmlite import ir
 from ptnumba_codegen.runtime.shared_blas import share_blas_pool, unshare_in_child
 
 GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
-TRY_SPLIT = "ptnumba_codegen_try_split"
+# The LLVM symbols keep their first names (every chunked kernel's IR calls them, and
+# tests and users grep the final IR for them); the Python names say chunks.
+TRY_CHUNKS = "ptnumba_codegen_try_split"
 RECORD = "ptnumba_codegen_split_record"
 # Split only when splitting measured at least this much faster (cycles per element).
-SPLIT_MARGIN = 0.9
+CHUNKS_MARGIN = 0.9
 # Every EXPLORE_EVERY-th eligible call runs the way not preferred, to refresh its estimate.
 EXPLORE_EVERY = 256
 # Weight of a new sample in the moving averages.
 EMA_WEIGHT = 0.25
-# try_split outcomes
-NOT_SPLIT, SPLIT_DONE, SPLIT_RAISED, MEASURE_ONE_THREAD = 0, 1, 2, 3
+# TRY_CHUNKS outcomes
+NOT_CHUNKED, CHUNKS_DONE, CHUNK_RAISED, MEASURE_ONE_THREAD = 0, 1, 2, 3
 _GATE = (ctypes.c_int32 * 4)(1, 0, 0, 0)  # [enabled, busy, split launches so far, BLAS lock]
 llvm.add_symbol(GATE_SYMBOL, ctypes.addressof(_GATE))
 
@@ -66,7 +68,7 @@ I64 = ir.IntType(64)
 DBL = ir.DoubleType()
 STATS_TYPE = ir.ArrayType(I64, 4)  # [split cycles/element (double bits), one-thread ditto, calls, -]
 # try_split(chunk, state, n0, total, min_elements, cap, rows, align, clen_slot, err_slot, stats)
-TRY_SPLIT_TYPE = ir.FunctionType(
+TRY_CHUNKS_TYPE = ir.FunctionType(
     I32, [I8P, I8P, I64, I64, I64, I64, I64, I64, I64.as_pointer(), I32.as_pointer(), I64.as_pointer()]
 )
 # record(stats, cycles, total): one one-thread run of the kernel took ``cycles``
@@ -82,7 +84,7 @@ def parallel_enabled() -> bool:
     return bool(_GATE[0])
 
 
-def split_launches() -> int:
+def chunk_launches() -> int:
     """How many loops this process has run split so far (for tests and diagnostics)."""
     return _GATE[2]
 
@@ -136,7 +138,7 @@ def ensure_threading() -> bool:
             # the BLAS callback needs GNU OpenMP (see _build_blas_callback)
             with_blas = numba.threading_layer() == "omp" and _omp_symbols()
             _STATE["library"] = _compile_runtime(with_blas)
-            for symbol in (TRY_SPLIT, RECORD):
+            for symbol in (TRY_CHUNKS, RECORD):
                 llvm.add_symbol(symbol, _STATE["library"].get_pointer_to_function(symbol))
             _STATE["ok"] = True
             if with_blas:
@@ -347,7 +349,7 @@ def _build_runtime(with_blas: bool):
     get_num_threads = ir.Function(mod, ir.FunctionType(I64, []), "get_num_threads")
     parallel_for = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P] * 5 + [I64] * 3), "numba_parallel_for")
     tramp = _build_chunk_trampoline(mod)
-    _build_try_split(mod, gate, get_num_threads, parallel_for, tramp)
+    _build_try_chunks(mod, gate, get_num_threads, parallel_for, tramp)
     _build_record(mod)
     if with_blas:
         _build_blas_callback(mod, parallel_for)
@@ -398,15 +400,15 @@ def _build_chunk_trampoline(mod):
     return tramp
 
 
-def _build_try_split(mod, gate, get_num_threads, parallel_for, tramp):
+def _build_try_chunks(mod, gate, get_num_threads, parallel_for, tramp):
     """``ptnumba_codegen_try_split``: the call-time decision (module docstring) and, when
     it says yes, the chunks run on numba's threads through ``tramp``."""
-    fn = ir.Function(mod, TRY_SPLIT_TYPE, TRY_SPLIT)
+    fn = ir.Function(mod, TRY_CHUNKS_TYPE, TRY_CHUNKS)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     chunk, state, n0, total, min_elements, cap, rows, align, clen_slot, err_slot, stats = fn.args
     no = fn.append_basic_block("no")
     with b.goto_block(no):
-        b.ret(I32(NOT_SPLIT))
+        b.ret(I32(NOT_CHUNKED))
     one_thread = fn.append_basic_block("one_thread")
     with b.goto_block(one_thread):
         b.ret(I32(MEASURE_ONE_THREAD))
@@ -446,7 +448,7 @@ def _build_try_split(mod, gate, get_num_threads, parallel_for, tramp):
     b.atomic_rmw("add", b.gep(gate, [I32(0), I32(2)]), I32(1), "monotonic")
     b.store_atomic(I32(0), busy, "release", 4)
     failed = b.icmp_signed("!=", b.load_atomic(err_slot, "monotonic", 4), I32(0))
-    b.ret(b.select(failed, I32(SPLIT_RAISED), I32(SPLIT_DONE)))
+    b.ret(b.select(failed, I32(CHUNK_RAISED), I32(CHUNKS_DONE)))
 
 
 def _require_measured_choice(b, stats, require, one_thread):
@@ -455,11 +457,11 @@ def _require_measured_choice(b, stats, require, one_thread):
     else branch to ``one_thread`` (run there, timed)."""
     calls = b.load_atomic(_stat(b, stats, 2), "monotonic", 8)
     b.store_atomic(b.add(calls, I64(1)), _stat(b, stats, 2), "monotonic", 8)
-    split_cost, one_cost = _load_average(b, stats, 0), _load_average(b, stats, 1)
+    chunked_cost, one_cost = _load_average(b, stats, 0), _load_average(b, stats, 1)
     require(b.fcmp_ordered("!=", one_cost, DBL(0.0)), one_thread)
-    prefer = b.fcmp_ordered("<", b.fmul(split_cost, DBL(1.0 / SPLIT_MARGIN)), one_cost)
+    prefer = b.fcmp_ordered("<", b.fmul(chunked_cost, DBL(1.0 / CHUNKS_MARGIN)), one_cost)
     explore = b.icmp_signed("==", b.urem(calls, I64(EXPLORE_EVERY)), I64(EXPLORE_EVERY - 1))
-    unmeasured = b.fcmp_ordered("==", split_cost, DBL(0.0))
+    unmeasured = b.fcmp_ordered("==", chunked_cost, DBL(0.0))
     require(b.or_(unmeasured, b.xor(prefer, explore)), one_thread)
 
 
@@ -471,4 +473,4 @@ def _build_record(mod):
     b.ret_void()
 
 
-__all__ = ["RECORD", "RECORD_TYPE", "STATS_TYPE", "TRY_SPLIT", "TRY_SPLIT_TYPE", "ceil_div", "read_cycles", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin", "split_launches"]
+__all__ = ["RECORD", "RECORD_TYPE", "STATS_TYPE", "TRY_CHUNKS", "TRY_CHUNKS_TYPE", "ceil_div", "read_cycles", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin", "chunk_launches"]
