@@ -134,19 +134,20 @@ def test_no_private_name_crosses_a_subpackage_boundary():
 EMITTER_FACTS = {"label", "without_lanes", "pays_alone", "scalar_form", "stock_key", "inner_stock_keys", "multi_output"}
 
 
-def test_no_emitter_fact_is_read_by_getattr_or_hasattr():
-    reads = []
+def _calls(*functions: str):
+    """(module, call) for every call of one of ``functions`` (by bare name) in the package."""
     for name, tree in TREES.items():
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("getattr", "hasattr", "setattr")
-                and len(node.args) >= 2
-                and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value in EMITTER_FACTS
-            ):
-                reads.append(f"{name}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions:
+                yield name, node
+
+
+def test_no_emitter_fact_is_read_by_getattr_or_hasattr():
+    reads = [
+        f"{name}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})"
+        for name, node in _calls("getattr", "hasattr", "setattr")
+        if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in EMITTER_FACTS
+    ]
     assert reads == []
 
 
@@ -205,19 +206,13 @@ def test_a_wrapped_rule_keeps_its_unwrapped_siblings_facts(op_class, preset, kla
     assert _facts(wrapped) == _facts(sibling)
 
 
-def _string_first_args(call_name: str):
+def _string_first_args(call_name: str) -> set[str]:
     """The string literals passed first to ``call_name(...)`` anywhere in the package."""
-    for name, tree in TREES.items():
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id == call_name
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)
-            ):
-                yield name, node.lineno, node.args[0].value
+    return {
+        node.args[0].value
+        for _name, node in _calls(call_name)
+        if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+    }
 
 
 def _compares_kind(tree: ast.AST, owner: str) -> list[int]:
@@ -241,7 +236,7 @@ def _class(module: str, name: str) -> ast.ClassDef:
 def test_every_finish_kind_has_a_table_row_and_no_if_chain():
     from ptnumba_codegen.lowering.kernel import FINISHES, Finish
 
-    used = {kind for _, _, kind in _string_first_args("Finish")}
+    used = _string_first_args("Finish")
     assert used and used <= set(FINISHES), used - set(FINISHES)
     assert _compares_kind(_class(f"{PACKAGE}.lowering.kernel", "Finish"), "self") == []
     for kind in FINISHES:  # every row builds an expression
@@ -252,7 +247,7 @@ def test_every_plan_kind_has_a_funcify_row_and_no_if_chain():
     from ptnumba_codegen.backend.dispatch import BUILDERS, FUNCIFY
     from ptnumba_codegen.explain import PLAN_NOTES
 
-    made = {kind for _, _, kind in _string_first_args("KernelPlan")}
+    made = _string_first_args("KernelPlan")
     assert made == set(FUNCIFY), made ^ set(FUNCIFY)
     assert set(PLAN_NOTES) <= set(FUNCIFY) and set(BUILDERS) <= set(FUNCIFY)
     for name, tree in TREES.items():

@@ -271,9 +271,7 @@ def _build_blas_callback(mod, parallel_for):
 
 def _build_blas_trampoline(mod, job_ty, run_jobs):
     """``trampoline(args, dims, steps, job)``: job numbers arrive as args[0] (NULL, step 1)."""
-    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_blas_trampoline")
-    tramp.linkage = "internal"
-    b = ir.IRBuilder(tramp.append_basic_block("entry"))
+    tramp, b = _gufunc_trampoline(mod, "ptnumba_codegen_blas_trampoline")
     args, dims, _steps, data = tramp.args
     run_jobs(b, b.bitcast(data, job_ty.as_pointer()), b.ptrtoint(b.load(args), I64), b.load(dims))
     b.ret_void()
@@ -290,6 +288,14 @@ def _spin_lock(fn, b, lock, sched_yield):
         b.call(sched_yield, [])
     b.cbranch(got, locked, spin)
     b.position_at_end(locked)
+
+
+def _gufunc_trampoline(mod, name):
+    """An internal function of ``parallel_for``'s gufunc ABI, ``(args, dims, steps, data)``,
+    and a builder at its entry."""
+    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), name)
+    tramp.linkage = "internal"
+    return tramp, ir.IRBuilder(tramp.append_basic_block("entry"))
 
 
 def _gufunc_arrays(b, count):
@@ -367,9 +373,7 @@ def _build_chunk_trampoline(mod):
     """``trampoline(args, dims, steps, job)``: the chunks ``args[0] .. args[0] + dims[0]``
     (chunk numbers arrive as args[0], NULL, step 1), each ``chunk(state, lo, hi)``; a chunk
     that fails sets the job's error flag."""
-    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_split_trampoline")
-    tramp.linkage = "internal"
-    b = ir.IRBuilder(tramp.append_basic_block("entry"))
+    tramp, b = _gufunc_trampoline(mod, "ptnumba_codegen_split_trampoline")
     args, dims, _steps, data = tramp.args
     job = b.bitcast(data, JOB_TYPE.as_pointer())
     fields = [b.load(b.gep(job, [I32(0), I32(k)])) for k in range(5)]
