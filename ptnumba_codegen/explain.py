@@ -28,9 +28,9 @@ _FP_RE = re.compile(r"= (?:tail )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\b")
 def _threads_note(op, plan) -> list[str]:
     if plan.spec is None:
         return []
-    from ptnumba_codegen.lowering.chunks import split_decision
+    from ptnumba_codegen.lowering.chunks import chunk_decision
 
-    return [f"    threads: {split_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}"]
+    return [f"    threads: {chunk_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}"]
 
 
 def _stock_loop_note(op, plan) -> list[str]:
@@ -41,7 +41,7 @@ def _parts_note(op, plan) -> list[str]:
     parts = ", ".join(
         f"{type(n.op).__name__}{' (policy)' if hasattr(n.op, 'policy') else ''}" for n in plan.stock_op.toposort()
     )
-    return [f"    lowered as its parts (indexed_split: the body calls vector functions): {parts}"]
+    return [f"    lowered as its parts (indexed_parts: the body calls vector functions): {parts}"]
 
 
 def _no_note(op, plan) -> list[str]:
@@ -49,7 +49,7 @@ def _no_note(op, plan) -> list[str]:
 
 
 # KernelPlan.kind -> the lines explain adds about how the kernel runs
-PLAN_NOTES = {"loop": _threads_note, "stock_loop": _stock_loop_note, "split": _parts_note}
+PLAN_NOTES = {"loop": _threads_note, "stock_loop": _stock_loop_note, "parts": _parts_note}
 
 
 def _fmt_flags(flags) -> str:

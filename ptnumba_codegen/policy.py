@@ -108,7 +108,7 @@ class OpRule(Rule):
 
 @dataclass(frozen=True)
 class Parallel:
-    """How large loops are split across threads (see ``lowering/parallel.py``)."""
+    """How large loops are split across threads (see ``lowering/chunks.py``)."""
 
     threads: int = 0  # 0: numba.get_num_threads() at call time; 1: never split
     min_elements: int = 65536

@@ -4,11 +4,11 @@ without the GIL, from its own chain threads.
 A PyTensor function holds the GIL while it runs, so the tests call the numba function
 underneath it (``fn.vm.jit_fn``, what nutpie wraps in a ``numba.cfunc``) through a
 ``numba.njit(nogil=True)`` wrapper: the kernels then really run at the same time. Only one
-split loop at a time gets numba's threads (the try-lock in ``lowering/split_runtime.py``);
+split loop at a time gets numba's threads (the try-lock in ``runtime/threads.py``);
 the others run their loop on the calling thread. Whether an eligible call splits is the
 kernel's measured choice, but every ``EXPLORE_EVERY``-th call takes the other way, so
 more calls than that per kernel make sure split loops ran while other threads were in the
-same kernel (``split_launches`` counts them). Either way the bits must be those of a call
+same kernel (``chunk_launches`` counts them). Either way the bits must be those of a call
 made alone, no call may hang (threads are joined with a timeout) and the process must
 survive; a kernel that raises must raise in every thread that called it and leave the
 next call working.
@@ -37,7 +37,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 import ptnumba_codegen
 from conftest import assert_same_bits
-from ptnumba_codegen.runtime.threads import _GATE, EXPLORE_EVERY, split_launches
+from ptnumba_codegen.runtime.threads import _GATE, EXPLORE_EVERY, chunk_launches
 
 LAYER_VAR = "NUMBA_THREADING_LAYER"
 N_THREADS = 4
@@ -88,7 +88,7 @@ def run_in_threads(jobs):
     released at once, and hands each result (or exception) to ``check``, which asserts.
     Fails on any failed check, on a thread still running after TIMEOUT_S (daemon threads:
     a deadlock fails the test, not the run), and if no loop was split meanwhile."""
-    launches = split_launches()
+    launches = chunk_launches()
     barrier = threading.Barrier(len(jobs))
     failures = [[] for _ in jobs]
     done = [0] * len(jobs)
@@ -119,7 +119,7 @@ def run_in_threads(jobs):
     assert not any(failures), [f for per_thread in failures for f in per_thread]
     assert done == [CALLS] * len(jobs)
     assert _GATE[1] == 0, "the split try-lock was left taken"
-    assert split_launches() > launches, "no loop was split: the test did not exercise splitting"
+    assert chunk_launches() > launches, "no loop was split: the test did not exercise splitting"
     assert ptnumba_codegen.parallel_enabled()
     if os.environ.get(LAYER_VAR) in ("workqueue", "omp", "tbb"):
         assert numba.threading_layer() == os.environ[LAYER_VAR]

@@ -134,19 +134,20 @@ def test_no_private_name_crosses_a_subpackage_boundary():
 EMITTER_FACTS = {"label", "without_lanes", "pays_alone", "scalar_form", "stock_key", "inner_stock_keys", "multi_output"}
 
 
-def test_no_emitter_fact_is_read_by_getattr_or_hasattr():
-    reads = []
+def _calls(*functions: str):
+    """(module, call) for every call of one of ``functions`` (by bare name) in the package."""
     for name, tree in TREES.items():
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("getattr", "hasattr", "setattr")
-                and len(node.args) >= 2
-                and isinstance(node.args[1], ast.Constant)
-                and node.args[1].value in EMITTER_FACTS
-            ):
-                reads.append(f"{name}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions:
+                yield name, node
+
+
+def test_no_emitter_fact_is_read_by_getattr_or_hasattr():
+    reads = [
+        f"{name}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})"
+        for name, node in _calls("getattr", "hasattr", "setattr")
+        if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in EMITTER_FACTS
+    ]
     assert reads == []
 
 
@@ -203,3 +204,89 @@ def test_a_wrapped_rule_keeps_its_unwrapped_siblings_facts(op_class, preset, kla
     sibling = plan_instr(op, ["float64"] * nin, ["float64"], flags=flags, klass=klass, policy=policy)
     wrapped = plan_instr(op, ["int32"] + ["float64"] * (nin - 1), ["float64"], flags=flags, klass=klass, policy=policy)
     assert _facts(wrapped) == _facts(sibling)
+
+
+def _string_first_args(call_name: str) -> set[str]:
+    """The string literals passed first to ``call_name(...)`` anywhere in the package."""
+    return {
+        node.args[0].value
+        for _name, node in _calls(call_name)
+        if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+    }
+
+
+def _compares_kind(tree: ast.AST, owner: str) -> list[int]:
+    """Lines comparing ``owner.kind`` (an if-chain over string kinds)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(
+            isinstance(side, ast.Attribute) and side.attr == "kind" and isinstance(side.value, ast.Name) and side.value.id == owner
+            for side in (node.left, *node.comparators)
+        )
+    ]
+
+
+def _class(module: str, name: str) -> ast.ClassDef:
+    [cls] = [n for n in TREES[module].body if isinstance(n, ast.ClassDef) and n.name == name]
+    return cls
+
+
+def test_every_finish_kind_has_a_table_row_and_no_if_chain():
+    from ptnumba_codegen.lowering.kernel import FINISHES, Finish
+
+    used = _string_first_args("Finish")
+    assert used and used <= set(FINISHES), used - set(FINISHES)
+    assert _compares_kind(_class(f"{PACKAGE}.lowering.kernel", "Finish"), "self") == []
+    for kind in FINISHES:  # every row builds an expression
+        assert isinstance(Finish(kind, "float64", (0,)).expr("raw"), str)
+
+
+def test_every_plan_kind_has_a_funcify_row_and_no_if_chain():
+    from ptnumba_codegen.backend.dispatch import BUILDERS, FUNCIFY
+    from ptnumba_codegen.explain import PLAN_NOTES
+
+    made = _string_first_args("KernelPlan")
+    assert made == set(FUNCIFY), made ^ set(FUNCIFY)
+    assert set(PLAN_NOTES) <= set(FUNCIFY) and set(BUILDERS) <= set(FUNCIFY)
+    for name, tree in TREES.items():
+        assert _compares_kind(tree, "plan") == [], name
+
+
+# Long functions were split into helpers with one job each (issue 22); these modules keep them short.
+MAX_FUNCTION_LINES = 60
+SHORT_FUNCTION_MODULES = ("lowering.kernel", "lowering.chunks", "lowering.loop", "runtime.threads")
+
+
+@pytest.mark.parametrize("module", SHORT_FUNCTION_MODULES)
+def test_no_long_function(module):
+    tree = TREES[f"{PACKAGE}.{module}"]
+    long = [
+        f"{node.name}:{node.lineno} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long == []
+
+
+def test_no_name_says_split():
+    """"split" meant thread chunks and indexed kernels lowered as their parts: the package's
+    names say ``chunk`` for the one and ``parts`` for the other (LLVM symbols, explain's
+    text and the policy's wording are strings, not names)."""
+    names = []
+    for name, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined = node.name
+            elif isinstance(node, ast.arg):
+                defined = node.arg
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined = node.id
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                defined = node.attr
+            else:
+                continue
+            if "split" in defined.lower():
+                names.append(f"{name}:{node.lineno} {defined}")
+    assert names == []

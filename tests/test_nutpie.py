@@ -24,11 +24,11 @@ nutpie = pytest.importorskip("nutpie")
 pytest.importorskip("pymc")
 
 import ptnumba_codegen  # noqa: E402
-from ptnumba_codegen.runtime.threads import split_launches  # noqa: E402
+from ptnumba_codegen.runtime.threads import chunk_launches  # noqa: E402
 from ptnumba_codegen.backend.ops import is_policy_op  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-# rows: full sums split in blocks of 16384 elements (lowering/parallel.py), so >= 2 blocks
+# rows: full sums split in blocks of 16384 elements (lowering/chunks.py), so >= 2 blocks
 ROWS, FEATURES, TUNE, DRAWS = 40_000, 3, 200, 200
 
 
@@ -87,9 +87,9 @@ def test_nutpie_samples_policy_kernels_with_the_stock_posterior(example, model, 
         np.testing.assert_allclose(a, b, rtol=1e-10)
 
     stock_post = example.summarize(_sample(stock))
-    launches = split_launches()
+    launches = chunk_launches()
     post = {"stock": stock_post, "policy": example.summarize(_sample(policy))}
-    assert split_launches() > launches  # nutpie's threads ran split loops
+    assert chunk_launches() > launches  # nutpie's threads ran split loops
     for name, s in post["stock"].items():
         p = post["policy"][name]
         assert np.isfinite(p["mean"]) and p["sd"] > 0, (name, p)

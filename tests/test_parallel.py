@@ -284,16 +284,16 @@ def test_row_vectors_split_along_their_long_axis(policies):
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")
 def test_the_first_eligible_call_runs_on_one_thread_and_the_second_split(policies):
-    from ptnumba_codegen.runtime.threads import split_launches
+    from ptnumba_codegen.runtime.threads import chunk_launches
 
     # constants no other test uses: a kernel of its own, with fresh statistics
     fn = compiled("measured", _vec3(lambda x, y, z: x * 1.2345 + y * z - 6.789), policies["split"], "split")
     args = _vector_inputs(100_000, 3)
-    before = split_launches()
+    before = chunk_launches()
     first = fn(*args)
-    assert split_launches() == before  # one thread, measured
+    assert chunk_launches() == before  # one thread, measured
     second = fn(*args)
-    assert split_launches() == before + 1  # split, measured
+    assert chunk_launches() == before + 1  # split, measured
     assert_same_bits(first, second)
     for _ in range(10):  # then whichever measured faster: the same bits either way
         assert_same_bits(fn(*args), first)
@@ -327,17 +327,17 @@ def test_short_static_axes_are_not_split_and_keep_their_trip_count():
     """The gradient of 2 mixture components summed over rows: splitting the 2 columns gives
     at most 2 chunks and hides their trip count from LLVM (the chunk runs ``[lo, hi)``).
     Not split, the nest is emitted inline with every static length (no chunk function)."""
-    from ptnumba_codegen.lowering.loop import MIN_SPLIT_LENGTH, Reduce, LoopSpec, split_axis
+    from ptnumba_codegen.lowering.loop import MIN_CHUNK_LENGTH, Reduce, LoopSpec, chunk_axis
 
     def spec(shape):
         red = Reduce("Add", (0,), 0.0, "float64", (), False)
         bc = tuple(n == 1 for n in shape)
         return LoopSpec(2, (bc, bc), (bc, (True, bc[1])), ("float64", "float64"), reduces=(None, red), static_shape=shape)
 
-    assert split_axis(spec((None, 2))) is None
-    assert split_axis(spec((None, MIN_SPLIT_LENGTH - 1))) is None
-    assert split_axis(spec((None, MIN_SPLIT_LENGTH))) == 1
-    assert split_axis(spec((None, None))) == 1
+    assert chunk_axis(spec((None, 2))) is None
+    assert chunk_axis(spec((None, MIN_CHUNK_LENGTH - 1))) is None
+    assert chunk_axis(spec((None, MIN_CHUNK_LENGTH))) == 1
+    assert chunk_axis(spec((None, None))) == 1
     n = 70_000
     g0, xx = pt.tensor("g0", shape=(None, 2)), pt.tensor("xx", shape=(None, 2))
     mx, g1 = pt.tensor("mx", shape=(None, 1)), pt.tensor("g1", shape=(None, 1))

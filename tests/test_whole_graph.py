@@ -212,10 +212,10 @@ def test_indexed_fused_elemwise_runs_our_core_in_the_stock_loop():
 def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch):
     """A gather/scatter-add kernel whose body calls vector functions keeps its place in
     the graph (PyTensor's fusion tests look for it) and is lowered as its inner graph
-    (`indexed_split`): gather, vectorized policy kernel, policy reductions, scatter-add.
+    (`indexed_parts`): gather, vectorized policy kernel, policy reductions, scatter-add.
     Its decisions and values are stock strict's; the scatter-add (rows 3 four times, in
     order) and every element bit for bit those of the fused indexed loop."""
-    from ptnumba_codegen.backend import indexed_parts as indexed_split
+    from ptnumba_codegen.backend import indexed_parts
     from ptnumba_codegen.backend.plans import plan_node
 
     ins, outs = _indexed_graph(transcendental=True)
@@ -223,7 +223,7 @@ def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch
     fused = _indexed_fused(fn)
     assert fused and all(is_policy_op(n.op) for n in fused)
     plans = [plan_node(n) for n in fused]
-    assert {p.kind for p in plans} == {"split"}
+    assert {p.kind for p in plans} == {"parts"}
     inner = [n for p in plans for n in p.stock_op.apply_nodes if is_policy_op(n.op)]
     inner_bodies = [plan_node(n).body for n in inner if isinstance(n.op, Elemwise)]
     assert any(b.uses_vector_math for b in inner_bodies)
@@ -233,7 +233,7 @@ def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch
     assert "lowered as its parts" in ptnumba_codegen.explain(fn)
 
     # the same kernels as one fused indexed loop (the rule switched off): the same bits
-    monkeypatch.setattr(indexed_split, "SPLIT_WHEN", (*indexed_split.SPLIT_WHEN, (lambda op, body: False, "off")))
+    monkeypatch.setattr(indexed_parts, "PARTS_WHEN", (*indexed_parts.PARTS_WHEN, (lambda op, body: False, "off")))
     loop = compile_fn(ins, outs, "policy_default", cache_key="indexed_unsplit")
     assert {plan_node(n).kind for n in _indexed_fused(loop)} == {"stock_loop"}
     joined = loop(*_indexed_values())
@@ -263,7 +263,7 @@ def test_indexed_writes_with_moved_axes_keep_the_fused_loop(target_shape, val_sh
     """A scatter-add along a later axis whose value omits leading target axes: PyTensor
     moves those axes right in the inner graph and only the fused loop pads the value, so
     that inner graph does not run as is (numba's inc cannot broadcast it): such a kernel
-    keeps the stock indexed loop (`indexed_split.SPLIT_WHEN`); one whose value covers
+    keeps the stock indexed loop (`indexed_parts.PARTS_WHEN`); one whose value covers
     them is split. Both equal stock strict."""
     from ptnumba_codegen.backend.plans import plan_node
 
@@ -276,7 +276,7 @@ def test_indexed_writes_with_moved_axes_keep_the_fused_loop(target_shape, val_sh
     fn = compile_fn([val, target], out, "policy_default", cache_key=key)
     [node] = _indexed_fused(fn)
     moved = len(val_shape) < len(target_shape)
-    assert plan_node(node).kind == ("stock_loop" if moved else "split")
+    assert plan_node(node).kind == ("stock_loop" if moved else "parts")
     valv, tv = rng.normal(size=val_shape), rng.normal(size=target_shape)
     ref = compile_fn([val, target], out, "stock_strict", cache_key=key)(valv, tv)
     np.testing.assert_allclose(fn(valv, tv), ref, rtol=1e-14)

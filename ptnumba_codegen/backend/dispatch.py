@@ -92,16 +92,16 @@ def stock_loop(op, node, plan: KernelPlan, **kwargs):
     return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
 
 
-def split_kernel(op, node, plan: KernelPlan, **kwargs):
+def parts_kernel(op, node, plan: KernelPlan, **kwargs):
     """The inner graph of an indexed kernel (`indexed_parts`), compiled as one function:
     its policy nodes by the generator, gather and scatter-add by the stock funcify with
     the numba fastmath the stock loop would give them."""
     fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
     kwargs = {k: v for k, v in kwargs.items() if k != "storage_map"}  # the outer graph's
     with config.change_flags(numba__fastmath=fast):
-        fn, key = numba_funcify_and_cache_key(plan.stock_op, squeeze_output=True, fgraph_name="policy_split", **kwargs)
-    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_split")
-    return fn, None if key is None else cache_key("split", fast, op.policy.digest, key)
+        fn, key = numba_funcify_and_cache_key(plan.stock_op, squeeze_output=True, fgraph_name="policy_parts", **kwargs)
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_parts")
+    return fn, None if key is None else cache_key("parts", fast, op.policy.digest, key)
 
 
 def _scalar_kernel(node, plan: KernelPlan, name: str, fallback):
@@ -158,7 +158,7 @@ FUNCIFY = {
     "loop": own_kernel,
     "scalar": own_kernel,
     "stock_loop": stock_loop,
-    "split": split_kernel,
+    "parts": parts_kernel,
 }
 
 

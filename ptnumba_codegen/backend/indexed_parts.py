@@ -16,7 +16,8 @@ each reduction keeps the accumulator class the fused loop gives it, and the scat
 visits the rows in the same order. The cost is one temporary array per indexed value and
 per reduced output, which the vector body pays back many times over.
 
-`SPLIT_WHEN` is the rule: which indexed kernels are split. Pure Python over the graph.
+`PARTS_WHEN` is the rule: which indexed kernels are lowered as their parts. Pure Python over
+the graph.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ptnumba_codegen.analysis.classify import EXACT, output_needs
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.backend.ops import with_policy
 
-TAG = "policy_codegen_split"
+TAG = "policy_codegen_parts"
 
 
 def indexed(op) -> bool:
@@ -51,7 +52,7 @@ def values_have_their_targets_ndim(op) -> bool:
 
 
 # why an indexed kernel is lowered as its parts: (predicate(op, planned body), reason); all must hold
-SPLIT_WHEN = (
+PARTS_WHEN = (
     (lambda op, body: indexed(op), "it reads or writes through an index (the stock loop, which never vectorizes)"),
     (
         lambda op, body: body.uses_vector_math,
@@ -66,8 +67,8 @@ SPLIT_WHEN = (
 )
 
 
-def splits(op, body) -> bool:
-    return all(when(op, body) for when, _reason in SPLIT_WHEN)
+def lowered_as_parts(op, body) -> bool:
+    return all(when(op, body) for when, _reason in PARTS_WHEN)
 
 
 def _composite_position(var, composite) -> int | None:
@@ -84,12 +85,12 @@ def _composite_position(var, composite) -> int | None:
     return None if var.owner is None else composite.outputs.index(var)
 
 
-def split_graph(op) -> FunctionGraph:
+def parts_graph(op) -> FunctionGraph:
     """The inner graph of the indexed FusedElemwise ``op`` with its Elemwise and its
     reductions carrying ``op``'s policy, requirements, input facts and pools (memoized on
     the op, not part of its identity). Raises `Unsupported` when the inner graph is not
     the gather/body/reduce/scatter shape whose outputs map onto the body's outputs."""
-    graph = getattr(op, "_split_graph", None)
+    graph = getattr(op, "_parts_graph", None)
     if graph is not None:
         return graph
     graph = op.fgraph.unfreeze()
@@ -116,5 +117,5 @@ def split_graph(op) -> FunctionGraph:
         # not make_node: CAReduce.make_node may rebuild the op (losing the policy)
         new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
         graph.replace_all(list(zip(node.outputs, new_node.outputs, strict=True)), reason=TAG)
-    op._split_graph = graph
+    op._parts_graph = graph
     return graph

@@ -17,8 +17,8 @@ from ptnumba_codegen.policy import Policy
 
 class PolicyMixin:
     """Marks an op as carrying ``policy``, ``sensitive_outputs``, ``input_facts`` and
-    ``yields_to`` (the other thread pools of its function, see `pools`: its loops do not
-    split)."""
+    ``yields_to`` (the other thread pools of its function, see `pools`: its loops stay
+    on one thread)."""
 
     __slots__ = ()
 

@@ -19,7 +19,7 @@ from pytensor.tensor.rewriting.scalarize import ScalarCAReduce, ScalarizedElemwi
 from ptnumba_codegen.analysis.classify import output_needs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE, REDUCTION
 from ptnumba_codegen.analysis.whole_graph import DECIDING_REDUCERS
-from ptnumba_codegen.backend.indexed_parts import indexed, split_graph, splits
+from ptnumba_codegen.backend.indexed_parts import indexed, lowered_as_parts, parts_graph
 from ptnumba_codegen.analysis.kernel_programs import inner_careduce, inner_elemwise, node_program
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
@@ -34,11 +34,11 @@ from ptnumba_codegen.tables import mro_lookup
 @dataclass(frozen=True)
 class KernelPlan:
     kind: str  # "loop", "scalar", "stock_loop" (the stock loop around our scalar core),
-    # or "split" (an indexed kernel compiled as its inner graph: `stock_op` is that graph)
+    # or "parts" (an indexed kernel compiled as its inner graph: `stock_op` is that graph)
     spec: LoopSpec | None
     body: PlannedBody
     finish: tuple[Finish, ...]
-    stock_op: object = None  # "stock_loop": the op the stock funcify compiles; "split": the graph
+    stock_op: object = None  # "stock_loop": the op the stock funcify compiles; "parts": the graph
 
 
 def _reducer(scalar_op) -> str:
@@ -115,9 +115,9 @@ def plan_indexed_fused(node) -> KernelPlan:
     """
     op = node.op
     body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts)
-    if splits(op, body):
+    if lowered_as_parts(op, body):
         try:
-            return KernelPlan("split", None, body, (), stock_op=split_graph(op))
+            return KernelPlan("parts", None, body, (), stock_op=parts_graph(op))
         except Unsupported:
             pass  # not the gather/body/scatter shape: the stock loop below
     graph = op.fgraph.unfreeze()

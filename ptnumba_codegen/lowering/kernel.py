@@ -30,7 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 from ptnumba_codegen.lowering.base import numba_type
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
-from ptnumba_codegen.lowering.chunks import emit_chunked, split_decision
+from ptnumba_codegen.lowering.chunks import emit_chunked, chunk_decision
 from ptnumba_codegen.runtime.threads import ensure_threading
 
 KERNEL_JIT_OPTIONS = {
@@ -43,25 +43,45 @@ KERNEL_JIT_OPTIONS = {
 
 @dataclass(frozen=True)
 class Finish:
-    """How one raw loop output becomes the node's output."""
+    """How one raw loop output becomes the node's output: `FINISHES`' row for ``kind``."""
 
-    kind: str  # "as_is" | "squeeze" (drop reduced axes) | "scalar" | "array0d"
+    kind: str  # a key of FINISHES: "as_is" | "squeeze" | "scalar" | "array0d"
     out_dtype: str = ""
     kept_axes: tuple[int, ...] = ()
     cast: bool = False  # squeeze: the accumulator dtype differs from the output's
 
     def expr(self, raw: str) -> str:
+        """The Python expression turning ``raw`` (the loop's output) into the node's."""
         dt = "np.bool_" if self.out_dtype == "bool" else f"np.{self.out_dtype}"
-        if self.kind == "as_is":
-            return raw
-        if self.kind == "scalar":
-            return f"{dt}({raw})"
-        if self.kind == "array0d":
-            return f"np.array({raw}, dtype={dt})"
-        shape = "".join(f"{raw}.shape[{k}], " for k in self.kept_axes)
-        strides = "".join(f"{raw}.strides[{k}], " for k in self.kept_axes)
-        view = f"as_strided({raw}, shape=({shape}), strides=({strides}))"
-        return f"{view}.astype({dt})" if self.cast else view
+        return FINISHES[self.kind](self, raw, dt)
+
+
+def _as_is(finish: Finish, raw: str, dt: str) -> str:
+    return raw
+
+
+def _squeeze(finish: Finish, raw: str, dt: str) -> str:
+    shape = "".join(f"{raw}.shape[{k}], " for k in finish.kept_axes)
+    strides = "".join(f"{raw}.strides[{k}], " for k in finish.kept_axes)
+    view = f"as_strided({raw}, shape=({shape}), strides=({strides}))"
+    return f"{view}.astype({dt})" if finish.cast else view
+
+
+def _scalar(finish: Finish, raw: str, dt: str) -> str:
+    return f"{dt}({raw})"
+
+
+def _array0d(finish: Finish, raw: str, dt: str) -> str:
+    return f"np.array({raw}, dtype={dt})"
+
+
+# Finish.kind -> (finish, raw, numpy dtype name) -> the Python expression of the node's output
+FINISHES: dict[str, Callable[[Finish, str, str], str]] = {
+    "as_is": _as_is,  # the loop's output buffer is the node's output
+    "squeeze": _squeeze,  # a partial reduction keeps reduced axes with length 1: a view without them (cast if acc dtype differs)
+    "scalar": _scalar,  # a full reduction to a scalar type: the register accumulator as a numpy scalar of the output dtype
+    "array0d": _array0d,  # a full reduction to a 0-d tensor: the register accumulator in a 0-d array of the output dtype
+}
 
 
 def dry_run(emit, arg_types) -> str | None:
@@ -137,10 +157,10 @@ def define(src: str, **env):
     return env[src[4 : src.index("(")]]
 
 
-def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, split=None):
+def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, chunking=None):
     """The intrinsic emitting the loop nest and the scalar body, and its dry run."""
     body_types = [numba_type(d) for d in planned.program.output_dtypes]
-    run_nest = functools.partial(emit_chunked, split=split) if chunked else None
+    run_nest = functools.partial(emit_chunked, chunking=chunking) if chunked else None
 
     def emit(context, builder, input_types, values):
         return emit_loop(
@@ -189,60 +209,134 @@ def build_kernel(
 
     ``fallback(reason)`` (optional) returns the stock kernel, used if the dry run fails.
 
-    ``parallel`` (the policy's ``Parallel``) lets large loops split across threads, unless
-    the function runs ops on other thread pools (``yields_to``, see `pools`). Every
-    splittable loop is emitted the same way whatever ``parallel`` says, so the thread
-    setting never changes a result bit; a body that calls stock functions is neither
-    (they may need the GIL), nor a loop whose static shape is below the split threshold.
+    ``parallel`` (the policy's ``Parallel``) lets large loops run in chunks across threads,
+    unless the function runs ops on other thread pools (``yields_to``, see `pools`). Every
+    loop that can be chunked is emitted the same way whatever ``parallel`` says, so the
+    thread setting never changes a result bit; a body that calls stock functions is
+    neither (they may need the GIL), nor a loop whose static shape is below the threshold.
     """
-    def loop_for(spec_):
-        chunked, split, _why = split_decision(spec_, planned, parallel, yields_to)
-        if split is not None and not ensure_threading():
-            split = None
-        return make_loop(spec_, planned, name, chunked, split)
-
-    loop = loop_for(spec)
+    loop = _loop_for(spec, planned, name, parallel, yields_to)
     # N-d loops over same-shape arrays with vector calls also get a 1-d loop over every
     # element, run when the arrays are C-contiguous: LLVM vectorizes the innermost loop
     # only, and a short innermost axis (5 classes) would leave every element to the
     # scalar remainder, where each vector call does one lane's work (same bits, ~8x cost).
     flat = flat_spec(spec) if planned.uses_vector_math else None
-    loop_flat = None if flat is None else loop_for(flat)
-    n_out = len(spec.output_dtypes)
-    finish = finish or tuple(Finish("as_is") for _ in range(n_out))
+    loop_flat = None if flat is None else _loop_for(flat, planned, name, parallel, yields_to)
+    finish = finish or tuple(Finish("as_is") for _ in spec.output_dtypes)
 
     def kernel(*inputs):
         return python_impl(*inputs)
 
     kernel.__name__ = name
-
-    raw = ["raw"] if n_out == 1 else [f"raw[{i}]" for i in range(n_out)]
-    outs = [f.expr(r) for f, r in zip(finish, raw, strict=True)]
-    ret = outs[0] if n_out == 1 else f"({', '.join(outs)},)"
-    destroyed = {inp for _out, inp in spec.inplace}
     # A strided input keeps LLVM from vectorizing the loop; with libmvec calls inside that
     # costs ~8x, while a contiguous copy costs one pass over memory.
-    copy_strided = planned.uses_vector_math
+    impl = KernelImpl(name, spec, finish, loop, loop_flat, planned.uses_vector_math, fallback)
 
-    def _dry_runs(loop_types):
+    @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
+    def _kernel_overload(*inputs):
+        return impl.make(inputs)
+
+    return kernel
+
+
+def _loop_for(spec: LoopSpec, planned: PlannedBody, name: str, parallel, yields_to):
+    """The loop intrinsic of ``spec``, through a chunk function when `chunk_decision` says."""
+    chunked, chunking, _why = chunk_decision(spec, planned, parallel, yields_to)
+    if chunking is not None and not ensure_threading():
+        chunking = None
+    return make_loop(spec, planned, name, chunked, chunking)
+
+
+@dataclass(frozen=True)
+class KernelImpl:
+    """The overload's implementation for the caller's input types, as generated Python
+    source: read the inputs (maybe as contiguous copies), call the loop (or its flat twin),
+    finish the outputs (`Finish`). Or the stock kernel, when the dry run fails."""
+
+    name: str
+    spec: LoopSpec
+    finish: tuple[Finish, ...]
+    loop: object  # the loop intrinsic (`make_loop`)
+    loop_flat: object  # its 1-d twin over every element (`flat_spec`), or None
+    copy_strided: bool  # strided inputs are copied contiguous first (bodies with vector calls)
+    fallback: Callable | None
+
+    @property
+    def n_out(self) -> int:
+        return len(self.spec.output_dtypes)
+
+    def make(self, input_types):
+        """The impl function for ``input_types``."""
+        lines, loop_types, names, in_place_strided = self.read_inputs(input_types)
+        # A destroyed input typed 'A' is usually contiguous (an ExpandDims of a fresh
+        # array, PyMC's `log(sum(exp(...)))[:, None]`), but a nest over 'A' arrays has
+        # run-time strides LLVM does not vectorize: every vector call then does one lane's
+        # work (a (1e5, 1) Log made 1e5 8-wide log calls). When it is C-contiguous at run
+        # time it runs typed 'C' (`np.ascontiguousarray` returns the same array, no copy).
+        contiguous_types = tuple(ty.copy(layout="C") if k in in_place_strided else ty for k, ty in enumerate(loop_types))
+        problem = None
+        if self.fallback is not None:
+            problem = self.dry_runs(tuple(loop_types))
+            if problem is None and in_place_strided:
+                problem = self.dry_runs(contiguous_types)
+        if problem is not None:
+            return call_stock(self.fallback, f"{self.name} failed to compile: {problem}")
+        if in_place_strided:
+            lines += self.contiguous_or_not(in_place_strided, contiguous_types, tuple(loop_types), names)
+        else:
+            lines += self.call_lines(tuple(loop_types), names)
+        return self.define(lines)
+
+    def read_inputs(self, input_types):
+        """(lines binding ``a0, a1, ...``, the loop's input types, the names, the destroyed
+        inputs typed 'A' that are never copied because they are written in place)."""
+        destroyed = {inp for _out, inp in self.spec.inplace}
+        lines, loop_types, names = [], [], []
+        in_place_strided = []  # destroyed inputs typed 'A': never copied (written in place)
+        for k, ty in enumerate(input_types):
+            strided = isinstance(ty, types.Array) and ty.layout == "A" and ty.ndim > 0
+            if self.copy_strided and strided and k not in destroyed:
+                lines.append(f"a{k} = np.ascontiguousarray(inputs[{k}])")
+                loop_types.append(ty.copy(layout="C"))
+            else:
+                lines.append(f"a{k} = inputs[{k}]")
+                loop_types.append(ty)
+                if self.copy_strided and strided:
+                    in_place_strided.append(k)
+            names.append(f"a{k}")
+        return lines, loop_types, names, in_place_strided
+
+    def contiguous_or_not(self, in_place_strided, contiguous_types, loop_types, names) -> list[str]:
+        """The loop typed 'C' when the destroyed 'A' inputs are C-contiguous, else as typed."""
+        c_names = [f"c{k}" if k in in_place_strided else v for k, v in enumerate(names)]
+        test = " and ".join(f"a{k}.flags.c_contiguous" for k in in_place_strided)
+        lines = [f"if {test}:"]
+        lines += [f"    c{k} = np.ascontiguousarray(a{k})" for k in in_place_strided]
+        lines += [f"    {line}" for line in self.call_lines(contiguous_types, c_names)]
+        lines.append("else:")
+        lines += [f"    {line}" for line in self.call_lines(loop_types, names)]
+        return lines
+
+    def dry_runs(self, loop_types):
         """The generator's problem with the loop (or its flat twin) for these types, or None."""
-        problem = loop.dry_run(loop_types)
-        if problem is None and loop_flat is not None:
+        problem = self.loop.dry_run(loop_types)
+        if problem is None and self.loop_flat is not None:
             flat_types = tuple(t.copy(ndim=1, layout="C") if isinstance(t, types.Array) else t for t in loop_types)
-            problem = loop_flat.dry_run(flat_types)
+            problem = self.loop_flat.dry_run(flat_types)
         return problem
 
-    def call_lines(types_, names) -> list[str]:
+    def call_lines(self, types_, names) -> list[str]:
         """The lines setting ``raw``: the flat loop when every array is C-contiguous and of
         one shape (arrays typed contiguous only: numba reshapes no other), else the nest."""
         args = "".join(f"{v}, " for v in names)
         arrays = [k for k, ty in enumerate(types_) if isinstance(ty, types.Array)]
-        if loop_flat is None or not arrays or not all(types_[k].layout in "CF" for k in arrays):
+        if self.loop_flat is None or not arrays or not all(types_[k].layout in "CF" for k in arrays):
             return [f"raw = loop(({args}))"]
         first = names[arrays[0]]
         same = " and ".join([f"{names[k]}.flags.c_contiguous" for k in arrays] + [f"{names[k]}.shape == {first}.shape" for k in arrays[1:]])
         flat_args = "".join(f"{v}.reshape({v}.size), " if k in arrays else f"{v}, " for k, v in enumerate(names))
-        inplace = dict(spec.inplace)
+        inplace = dict(self.spec.inplace)
+        n_out = self.n_out
         reshaped = [
             names[inplace[i]] if i in inplace else f"{r}.reshape({first}.shape)"
             for i, r in enumerate(["flat"] if n_out == 1 else [f"flat[{i}]" for i in range(n_out)])
@@ -255,54 +349,19 @@ def build_kernel(
             f"    raw = loop(({args}))",
         ]
 
-    def make_impl(input_types):
-        lines, loop_types, names = [], [], []
-        in_place_strided = []  # destroyed inputs typed 'A': never copied (written in place)
-        for k, ty in enumerate(input_types):
-            strided = isinstance(ty, types.Array) and ty.layout == "A" and ty.ndim > 0
-            if copy_strided and strided and k not in destroyed:
-                lines.append(f"a{k} = np.ascontiguousarray(inputs[{k}])")
-                loop_types.append(ty.copy(layout="C"))
-            else:
-                lines.append(f"a{k} = inputs[{k}]")
-                loop_types.append(ty)
-                if copy_strided and strided:
-                    in_place_strided.append(k)
-            names.append(f"a{k}")
-        # A destroyed input typed 'A' is usually contiguous (an ExpandDims of a fresh
-        # array, PyMC's `log(sum(exp(...)))[:, None]`), but a nest over 'A' arrays has
-        # run-time strides LLVM does not vectorize: every vector call then does one lane's
-        # work (a (1e5, 1) Log made 1e5 8-wide log calls). When it is C-contiguous at run
-        # time it runs typed 'C' (`np.ascontiguousarray` returns the same array, no copy).
-        contiguous_types = tuple(ty.copy(layout="C") if k in in_place_strided else ty for k, ty in enumerate(loop_types))
-        problem = None
-        if fallback is not None:
-            problem = _dry_runs(tuple(loop_types))
-            if problem is None and in_place_strided:
-                problem = _dry_runs(contiguous_types)
-        if problem is not None:
-            return call_stock(fallback, f"{name} failed to compile: {problem}")
-        if in_place_strided:
-            c_names = [f"c{k}" if k in in_place_strided else v for k, v in enumerate(names)]
-            test = " and ".join(f"a{k}.flags.c_contiguous" for k in in_place_strided)
-            lines.append(f"if {test}:")
-            lines += [f"    c{k} = np.ascontiguousarray(a{k})" for k in in_place_strided]
-            lines += [f"    {line}" for line in call_lines(contiguous_types, c_names)]
-            lines.append("else:")
-            lines += [f"    {line}" for line in call_lines(tuple(loop_types), names)]
-        else:
-            lines += call_lines(tuple(loop_types), names)
+    def returned(self) -> str:
+        """The returned expression: every raw output finished."""
+        raw = ["raw"] if self.n_out == 1 else [f"raw[{i}]" for i in range(self.n_out)]
+        outs = [f.expr(r) for f, r in zip(self.finish, raw, strict=True)]
+        return outs[0] if self.n_out == 1 else f"({', '.join(outs)},)"
+
+    def define(self, lines: list[str]):
+        """``impl(*inputs)``: ``lines``, then the finished outputs returned."""
         body = "".join(f"    {line}\n" for line in lines)
-        src = f"def impl(*inputs):\n{body}    return {ret}\n"
-        env = {"loop": loop, "loop_flat": loop_flat, "np": np, "as_strided": as_strided}
-        exec(compile(src, f"<{name}>", "exec"), env)
+        src = f"def impl(*inputs):\n{body}    return {self.returned()}\n"
+        env = {"loop": self.loop, "loop_flat": self.loop_flat, "np": np, "as_strided": as_strided}
+        exec(compile(src, f"<{self.name}>", "exec"), env)
         return env["impl"]
-
-    @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
-    def _kernel_overload(*inputs):
-        return make_impl(inputs)
-
-    return kernel
 
 
 def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str = "policy_scalar", fallback=None):

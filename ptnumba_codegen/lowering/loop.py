@@ -302,15 +302,16 @@ def blockable(red: Reduce) -> bool:
     return "reassoc" in red.flags
 
 
-def split_axis(spec: LoopSpec) -> int | None:
-    """The axis a loop may be split along across threads without changing a bit, or None.
+def chunk_axis(spec: LoopSpec) -> int | None:
+    """The axis a loop may be cut into chunks along, run across threads without changing a
+    bit (the chunk axis), or None.
 
     Every element is computed once, by one thread. A partial reduction is safe when the
-    split axis is not one it reduces over (each thread owns whole output elements); a full
+    chunk axis is not one it reduces over (each thread owns whole output elements); a full
     reduction when it is ``blockable`` (blocks fixed by the shape, combined in order). The
     axis is the first one that is neither reduced nor statically of length 1 (a row vector
-    ``(1, N)`` splits along N) nor shorter than `MIN_SPLIT_LENGTH` by its type: the chunk
-    function runs the split axis over ``[lo, hi)``, so LLVM no longer knows its trip count;
+    ``(1, N)`` splits along N) nor shorter than `MIN_CHUNK_LENGTH` by its type: the chunk
+    function runs the chunk axis over ``[lo, hi)``, so LLVM no longer knows its trip count;
     the 2 columns of a mixture's gradient then became a loop vectorized 8 wide that never
     runs its vector body, under a scalar loop over the rows (3x slower), for at most 2 chunks.
     """
@@ -331,14 +332,14 @@ def split_axis(spec: LoopSpec) -> int | None:
     for d in range(spec.ndim):
         if d in reduced or all(bc[d] for bc in arrays):
             continue
-        if static[d] is not None and static[d] < MIN_SPLIT_LENGTH:
+        if static[d] is not None and static[d] < MIN_CHUNK_LENGTH:
             continue
         return d
     return None
 
 
-# An axis shorter than this by its type is never split (`split_axis`).
-MIN_SPLIT_LENGTH = 64
+# An axis shorter than this by its type is never the chunk axis (`chunk_axis`).
+MIN_CHUNK_LENGTH = 64
 
 
 def emit_loop(
@@ -354,27 +355,55 @@ def emit_loop(
     """Emit the whole kernel. ``body(builder, scalars) -> scalars`` emits one element.
 
     ``run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)`` emits
-    the code running the loop nest (``parallel.emit_chunked``: in a chunk function, maybe
-    split across threads); by default the nest is emitted inline.
+    the code running the loop nest (``chunks.emit_chunked``: in a chunk function, maybe
+    run in chunks across threads); by default the nest is emitted inline.
     Returns the LLVM value of the kernel's result (one output, or a tuple).
     """
     n_results = len(spec.output_dtypes)
     spec, keys = with_zero_keys(spec)
     body_output_types = [*body_output_types, *(types.int64 for _ in keys)]
-    one = context.get_constant(types.intp, 1)
-    slots = stock_order_slots(spec)
-    if slots:  # visit the reduced axes in stock's order (a view with those axes permuted)
-        input_types, input_values = list(input_types), list(input_values)
-        first = arrayobj.make_array(input_types[0])(context, builder, input_values[0])
-        input_types[0], view, _shape = permuted_view(context, builder, input_types[0], first, slots)
-        input_values[0] = view._getvalue()
-        if spec.static_shape is not None:  # the permuted axes' lengths are known at run time only
-            spec = replace(spec, static_shape=tuple(None if d in slots else n for d, n in enumerate(spec.static_shape)))
+    spec, input_types, input_values = _in_stock_order(context, builder, spec, input_types, input_values)
     arrays = {
         k: arrayobj.make_array(ty)(context, builder, val)
         for k, (ty, val, bc) in enumerate(zip(input_types, input_values, spec.input_bc, strict=True))
         if bc is not None
     }
+    iter_shape = _iteration_shape(context, builder, spec, arrays)
+    output_types = spec.output_types(input_types)
+    outputs = _allocate_outputs(context, builder, spec, output_types, arrays, iter_shape)
+    if not spec.inplace:
+        builder.function.args[0].add_attribute("noalias")
+
+    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types, keys)
+    if run_nest is not None:
+        run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)
+    else:
+        zero = context.get_constant(types.intp, 0)
+        nest.emit(builder, input_values, arrays, outputs, iter_shape, zero, iter_shape[0] if iter_shape else None, 0)
+
+    for k, i in keys.items():  # a zero max/min takes the sign of the first zero seen
+        _restore_zero_sign(context, builder, spec, arrays, input_types, outputs, output_types, i, k)
+    return _results(context, builder, spec, outputs, output_types, n_results)
+
+
+def _in_stock_order(context, builder, spec: LoopSpec, input_types, input_values):
+    """``(spec, input_types, input_values)`` with the reduced axes a CAReduce must visit in
+    stock's order (`stock_order_slots`) permuted in a view of its input."""
+    slots = stock_order_slots(spec)
+    if not slots:
+        return spec, input_types, input_values
+    input_types, input_values = list(input_types), list(input_values)
+    first = arrayobj.make_array(input_types[0])(context, builder, input_values[0])
+    input_types[0], view, _shape = permuted_view(context, builder, input_types[0], first, slots)
+    input_values[0] = view._getvalue()
+    if spec.static_shape is not None:  # the permuted axes' lengths are known at run time only
+        spec = replace(spec, static_shape=tuple(None if d in slots else n for d, n in enumerate(spec.static_shape)))
+    return spec, input_types, input_values
+
+
+def _iteration_shape(context, builder, spec: LoopSpec, arrays) -> list:
+    """The broadcast shape of the input arrays (stock's checks and errors), with the
+    lengths the types fix as constants (`_checked_static_shape`)."""
     if arrays:
         iter_shape = compute_itershape(
             context,
@@ -384,12 +413,16 @@ def emit_loop(
             None,
         )
     else:
-        iter_shape = [one] * spec.ndim
-    iter_shape = _checked_static_shape(context, builder, spec, iter_shape)
+        iter_shape = [context.get_constant(types.intp, 1)] * spec.ndim
+    return _checked_static_shape(context, builder, spec, iter_shape)
 
-    output_types = spec.output_types(input_types)
+
+def _allocate_outputs(context, builder, spec: LoopSpec, output_types, arrays, iter_shape) -> list:
+    """Array structs (fresh, or the destroyed input), or alloca'd accumulators for full
+    reductions; a partial reduction's buffer is filled with its identity."""
+    one = context.get_constant(types.intp, 1)
     inplace = dict(spec.inplace)
-    outputs = []  # array structs, or alloca'd accumulators for scalar reductions
+    outputs = []
     for i, (ty, bc) in enumerate(zip(output_types, spec.output_bc, strict=True)):
         red = spec.reduce_of(i)
         if red is not None and red.scalar_acc:
@@ -404,34 +437,35 @@ def emit_loop(
             if red is not None:
                 _fill(context, builder, array, ty, shape, red.identity)
             outputs.append(array)
-    if not spec.inplace:
-        builder.function.args[0].add_attribute("noalias")
+    return outputs
 
-    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types, keys)
-    if run_nest is not None:
-        run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)
-    else:
-        zero = context.get_constant(types.intp, 0)
-        nest.emit(builder, input_values, arrays, outputs, iter_shape, zero, iter_shape[0] if iter_shape else None, 0)
 
-    for k, i in keys.items():  # a zero max/min takes the sign of the first zero seen
-        red = spec.reduce_of(i)
-        if red.scalar_acc and spec.visit == "careduce" and spec.ndim >= 2:
-            # a dense input: stock runs 8 lanes, whose first zero the rescan finds
-            x = arrays[0]
-            shape = cgutils.unpack_tuple(builder, x.shape)
-            strides = cgutils.unpack_tuple(builder, x.strides)
-            if input_types[0].layout in "CF":
-                dense = cgutils.true_bit
-            else:
-                dense = is_dense(builder, shape, strides, x.itemsize, stock_weights(builder, shape, strides))
-            zero = builder.fcmp_ordered("==", builder.load(outputs[i]), ir.Constant(context.get_value_type(output_types[i]), 0.0))
-            with builder.if_then(builder.and_(dense, zero), likely=False):
-                total = one
-                for length in shape:
-                    total = builder.mul(total, length)
-                builder.store(first_zero_in_lanes(context, builder, x, input_types[0].dtype, total), outputs[k])
-        _fix_zero_signs(context, builder, red, outputs[i], outputs[k], output_types[i])
+def _restore_zero_sign(context, builder, spec: LoopSpec, arrays, input_types, outputs, output_types, i, k):
+    """Output ``i`` (a float max/min) takes the sign of the first zero seen, from its zero
+    key ``k``; a full CAReduce of a dense N-d input first rescans stock's 8 lanes."""
+    red = spec.reduce_of(i)
+    if red.scalar_acc and spec.visit == "careduce" and spec.ndim >= 2:
+        # a dense input: stock runs 8 lanes, whose first zero the rescan finds
+        x = arrays[0]
+        shape = cgutils.unpack_tuple(builder, x.shape)
+        strides = cgutils.unpack_tuple(builder, x.strides)
+        if input_types[0].layout in "CF":
+            dense = cgutils.true_bit
+        else:
+            dense = is_dense(builder, shape, strides, x.itemsize, stock_weights(builder, shape, strides))
+        zero = builder.fcmp_ordered("==", builder.load(outputs[i]), ir.Constant(context.get_value_type(output_types[i]), 0.0))
+        with builder.if_then(builder.and_(dense, zero), likely=False):
+            total = context.get_constant(types.intp, 1)
+            for length in shape:
+                total = builder.mul(total, length)
+            builder.store(first_zero_in_lanes(context, builder, x, input_types[0].dtype, total), outputs[k])
+    _fix_zero_signs(context, builder, red, outputs[i], outputs[k], output_types[i])
+
+
+def _results(context, builder, spec: LoopSpec, outputs, output_types, n_results):
+    """The kernel's result: accumulators loaded, arrays returned (a destroyed input's
+    reference counted again), zero-key buffers released; one value or a tuple."""
+    inplace = dict(spec.inplace)
     values = []
     for i, (out, ty) in enumerate(zip(outputs, output_types, strict=True)):
         red = spec.reduce_of(i)
@@ -607,4 +641,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "flat_spec", "split_axis"]
+__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "flat_spec", "chunk_axis"]

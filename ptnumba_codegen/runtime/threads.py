@@ -22,7 +22,7 @@ another sampler chain calling the same logp, a BLAS or XLA pool still spinning a
 call, a virtual machine's slow wake-ups. Each kernel keeps ``stats`` (a static
 ``[4 x i64]``: cycles per element split and on one thread, as moving averages, and a
 call count). Its first eligible call runs on one thread, the second split; after that
-it splits only when splitting measured at least ``SPLIT_MARGIN`` faster, and every
+it splits only when splitting measured at least ``CHUNKS_MARGIN`` faster, and every
 ``EXPLORE_EVERY``-th call runs the other way once to refresh that estimate. A result never
 depends on the choice (split and unsplit loops run the same machine code per element and
 per block), only the time does.
@@ -47,16 +47,18 @@ from llvmlite import ir
 from ptnumba_codegen.runtime.shared_blas import share_blas_pool, unshare_in_child
 
 GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
-TRY_SPLIT = "ptnumba_codegen_try_split"
+# The LLVM symbols keep their first names (every chunked kernel's IR calls them, and
+# tests and users grep the final IR for them); the Python names say chunks.
+TRY_CHUNKS = "ptnumba_codegen_try_split"
 RECORD = "ptnumba_codegen_split_record"
 # Split only when splitting measured at least this much faster (cycles per element).
-SPLIT_MARGIN = 0.9
+CHUNKS_MARGIN = 0.9
 # Every EXPLORE_EVERY-th eligible call runs the way not preferred, to refresh its estimate.
 EXPLORE_EVERY = 256
 # Weight of a new sample in the moving averages.
 EMA_WEIGHT = 0.25
-# try_split outcomes
-NOT_SPLIT, SPLIT_DONE, SPLIT_RAISED, MEASURE_ONE_THREAD = 0, 1, 2, 3
+# TRY_CHUNKS outcomes
+NOT_CHUNKED, CHUNKS_DONE, CHUNK_RAISED, MEASURE_ONE_THREAD = 0, 1, 2, 3
 _GATE = (ctypes.c_int32 * 4)(1, 0, 0, 0)  # [enabled, busy, split launches so far, BLAS lock]
 llvm.add_symbol(GATE_SYMBOL, ctypes.addressof(_GATE))
 
@@ -66,7 +68,7 @@ I64 = ir.IntType(64)
 DBL = ir.DoubleType()
 STATS_TYPE = ir.ArrayType(I64, 4)  # [split cycles/element (double bits), one-thread ditto, calls, -]
 # try_split(chunk, state, n0, total, min_elements, cap, rows, align, clen_slot, err_slot, stats)
-TRY_SPLIT_TYPE = ir.FunctionType(
+TRY_CHUNKS_TYPE = ir.FunctionType(
     I32, [I8P, I8P, I64, I64, I64, I64, I64, I64, I64.as_pointer(), I32.as_pointer(), I64.as_pointer()]
 )
 # record(stats, cycles, total): one one-thread run of the kernel took ``cycles``
@@ -82,7 +84,7 @@ def parallel_enabled() -> bool:
     return bool(_GATE[0])
 
 
-def split_launches() -> int:
+def chunk_launches() -> int:
     """How many loops this process has run split so far (for tests and diagnostics)."""
     return _GATE[2]
 
@@ -136,7 +138,7 @@ def ensure_threading() -> bool:
             # the BLAS callback needs GNU OpenMP (see _build_blas_callback)
             with_blas = numba.threading_layer() == "omp" and _omp_symbols()
             _STATE["library"] = _compile_runtime(with_blas)
-            for symbol in (TRY_SPLIT, RECORD):
+            for symbol in (TRY_CHUNKS, RECORD):
                 llvm.add_symbol(symbol, _STATE["library"].get_pointer_to_function(symbol))
             _STATE["ok"] = True
             if with_blas:
@@ -235,13 +237,7 @@ def _build_blas_callback(mod, parallel_for):
             index = b.add(first, loop.index)
             b.call(dojob, [b.trunc(index, I32), b.gep(data, [b.mul(index, elsize)]), extra])
 
-    # trampoline(args, dims, steps, job): job numbers arrive as args[0] (NULL, step 1)
-    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_blas_trampoline")
-    tramp.linkage = "internal"
-    b = ir.IRBuilder(tramp.append_basic_block("entry"))
-    args, dims, _steps, data = tramp.args
-    run_jobs(b, b.bitcast(data, job_ty.as_pointer()), b.ptrtoint(b.load(args), I64), b.load(dims))
-    b.ret_void()
+    tramp = _build_blas_trampoline(mod, job_ty, run_jobs)
 
     fn = ir.Function(mod, BLAS_CALLBACK_TYPE, BLAS_CALLBACK)
     _sync, dojob, numjobs, elsize, jobdata, extra = fn.args
@@ -251,15 +247,7 @@ def _build_blas_callback(mod, parallel_for):
         b.store(v, b.gep(job, [I32(0), I32(k)]))
     n = b.sext(numjobs, I64)
     blas_lock = b.gep(gate, [I32(0), I32(3)])
-    # the BLAS lock (held for the call: spin, yielding the core)
-    spin, locked = fn.append_basic_block("spin"), fn.append_basic_block("locked")
-    b.branch(spin)
-    b.position_at_end(spin)
-    got = b.extract_value(b.cmpxchg(blas_lock, I32(0), I32(1), "acquire", "monotonic"), 1)
-    with b.if_then(b.not_(got)):
-        b.call(sched_yield, [])
-    b.cbranch(got, locked, spin)
-    b.position_at_end(locked)
+    _spin_lock(fn, b, blas_lock, sched_yield)  # the BLAS lock, held for the call
     in_region = b.icmp_signed("!=", b.call(omp_in_parallel, []), I32(0))
     several = b.icmp_signed(">=", n, I64(2))
     with b.if_then(b.and_(several, in_region), likely=False):
@@ -279,6 +267,35 @@ def _build_blas_callback(mod, parallel_for):
                 run_jobs(b, job, I64(0), n)
     b.store_atomic(I32(0), blas_lock, "release", 4)
     b.ret_void()
+
+
+def _build_blas_trampoline(mod, job_ty, run_jobs):
+    """``trampoline(args, dims, steps, job)``: job numbers arrive as args[0] (NULL, step 1)."""
+    tramp, b = _gufunc_trampoline(mod, "ptnumba_codegen_blas_trampoline")
+    args, dims, _steps, data = tramp.args
+    run_jobs(b, b.bitcast(data, job_ty.as_pointer()), b.ptrtoint(b.load(args), I64), b.load(dims))
+    b.ret_void()
+    return tramp
+
+
+def _spin_lock(fn, b, lock, sched_yield):
+    """Take ``lock`` (an i32, 0 = free): spin, yielding the core, until this thread has it."""
+    spin, locked = fn.append_basic_block("spin"), fn.append_basic_block("locked")
+    b.branch(spin)
+    b.position_at_end(spin)
+    got = b.extract_value(b.cmpxchg(lock, I32(0), I32(1), "acquire", "monotonic"), 1)
+    with b.if_then(b.not_(got)):
+        b.call(sched_yield, [])
+    b.cbranch(got, locked, spin)
+    b.position_at_end(locked)
+
+
+def _gufunc_trampoline(mod, name):
+    """An internal function of ``parallel_for``'s gufunc ABI, ``(args, dims, steps, data)``,
+    and a builder at its entry."""
+    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), name)
+    tramp.linkage = "internal"
+    return tramp, ir.IRBuilder(tramp.append_basic_block("entry"))
 
 
 def _gufunc_arrays(b, count):
@@ -337,18 +354,31 @@ def _build_runtime(with_blas: bool):
     gate = ir.GlobalVariable(mod, ir.ArrayType(I32, 4), GATE_SYMBOL)
     get_num_threads = ir.Function(mod, ir.FunctionType(I64, []), "get_num_threads")
     parallel_for = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P] * 5 + [I64] * 3), "numba_parallel_for")
-    job_ty = ir.LiteralStructType([I8P, I8P, I64, I64, I32.as_pointer()])  # chunk, state, clen, n0, err
-    chunk_ty = ir.FunctionType(I32, [I8P, I8P.as_pointer(), I8P, I64, I64]).as_pointer()
+    tramp = _build_chunk_trampoline(mod)
+    _build_try_chunks(mod, gate, get_num_threads, parallel_for, tramp)
+    _build_record(mod)
+    if with_blas:
+        _build_blas_callback(mod, parallel_for)
 
-    # -- trampoline(args, dims, steps, job): chunk numbers arrive as args[0] (NULL, step 1)
-    tramp = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(), I64.as_pointer(), I64.as_pointer(), I8P]), "ptnumba_codegen_split_trampoline")
-    tramp.linkage = "internal"
-    b = ir.IRBuilder(tramp.append_basic_block("entry"))
+    library.add_ir_module(mod)
+    library.finalize()
+    return library
+
+
+JOB_TYPE = ir.LiteralStructType([I8P, I8P, I64, I64, I32.as_pointer()])  # chunk, state, clen, n0, err
+CHUNK_TYPE = ir.FunctionType(I32, [I8P, I8P.as_pointer(), I8P, I64, I64])  # numba's calling convention
+
+
+def _build_chunk_trampoline(mod):
+    """``trampoline(args, dims, steps, job)``: the chunks ``args[0] .. args[0] + dims[0]``
+    (chunk numbers arrive as args[0], NULL, step 1), each ``chunk(state, lo, hi)``; a chunk
+    that fails sets the job's error flag."""
+    tramp, b = _gufunc_trampoline(mod, "ptnumba_codegen_split_trampoline")
     args, dims, _steps, data = tramp.args
-    job = b.bitcast(data, job_ty.as_pointer())
+    job = b.bitcast(data, JOB_TYPE.as_pointer())
     fields = [b.load(b.gep(job, [I32(0), I32(k)])) for k in range(5)]
     chunk, state, clen, n0, err = fields
-    chunk = b.bitcast(chunk, chunk_ty)
+    chunk = b.bitcast(chunk, CHUNK_TYPE.as_pointer())
     first = b.ptrtoint(b.load(args), I64)
     count = b.load(dims)
     retslot = b.alloca(I64)
@@ -371,14 +401,18 @@ def _build_runtime(with_blas: bool):
     b.branch(loop_bb)
     b.position_at_end(done_bb)
     b.ret_void()
+    return tramp
 
-    # -- try_split
-    fn = ir.Function(mod, TRY_SPLIT_TYPE, TRY_SPLIT)
+
+def _build_try_chunks(mod, gate, get_num_threads, parallel_for, tramp):
+    """``ptnumba_codegen_try_split``: the call-time decision (module docstring) and, when
+    it says yes, the chunks run on numba's threads through ``tramp``."""
+    fn = ir.Function(mod, TRY_CHUNKS_TYPE, TRY_CHUNKS)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     chunk, state, n0, total, min_elements, cap, rows, align, clen_slot, err_slot, stats = fn.args
     no = fn.append_basic_block("no")
     with b.goto_block(no):
-        b.ret(I32(NOT_SPLIT))
+        b.ret(I32(NOT_CHUNKED))
     one_thread = fn.append_basic_block("one_thread")
     with b.goto_block(one_thread):
         b.ret(I32(MEASURE_ONE_THREAD))
@@ -399,21 +433,12 @@ def _build_runtime(with_blas: bool):
     require(b.icmp_signed(">=", nchunks, I64(2)))
     enabled = b.load_atomic(b.gep(gate, [I32(0), I32(0)]), "monotonic", 4)
     require(b.icmp_signed("!=", enabled, I32(0)))
-    # measured choice: one thread first, split second, then the faster (with a margin),
-    # the other way once every EXPLORE_EVERY calls
-    calls = b.load_atomic(_stat(b, stats, 2), "monotonic", 8)
-    b.store_atomic(b.add(calls, I64(1)), _stat(b, stats, 2), "monotonic", 8)
-    split_cost, one_cost = _load_average(b, stats, 0), _load_average(b, stats, 1)
-    require(b.fcmp_ordered("!=", one_cost, DBL(0.0)), one_thread)
-    prefer = b.fcmp_ordered("<", b.fmul(split_cost, DBL(1.0 / SPLIT_MARGIN)), one_cost)
-    explore = b.icmp_signed("==", b.urem(calls, I64(EXPLORE_EVERY)), I64(EXPLORE_EVERY - 1))
-    unmeasured = b.fcmp_ordered("==", split_cost, DBL(0.0))
-    require(b.or_(unmeasured, b.xor(prefer, explore)), one_thread)
+    _require_measured_choice(b, stats, require, one_thread)
     busy = b.gep(gate, [I32(0), I32(1)])
     require(b.extract_value(b.cmpxchg(busy, I32(0), I32(1), "acquire", "monotonic"), 1))
     b.store(clen, clen_slot)
     b.store(I32(0), err_slot)
-    job = b.alloca(job_ty)
+    job = b.alloca(JOB_TYPE)
     for k, v in enumerate((chunk, state, clen, n0, err_slot)):
         b.store(v, b.gep(job, [I32(0), I32(k)]))
     a_args, a_dims, a_steps = _gufunc_arrays(b, nchunks)
@@ -427,20 +452,29 @@ def _build_runtime(with_blas: bool):
     b.atomic_rmw("add", b.gep(gate, [I32(0), I32(2)]), I32(1), "monotonic")
     b.store_atomic(I32(0), busy, "release", 4)
     failed = b.icmp_signed("!=", b.load_atomic(err_slot, "monotonic", 4), I32(0))
-    b.ret(b.select(failed, I32(SPLIT_RAISED), I32(SPLIT_DONE)))
+    b.ret(b.select(failed, I32(CHUNK_RAISED), I32(CHUNKS_DONE)))
 
-    # -- record(stats, cycles, total)
+
+def _require_measured_choice(b, stats, require, one_thread):
+    """Go on (split) only if the kernel's measurements say so: one thread first, split
+    second, then the faster (with a margin), the other way once every EXPLORE_EVERY calls;
+    else branch to ``one_thread`` (run there, timed)."""
+    calls = b.load_atomic(_stat(b, stats, 2), "monotonic", 8)
+    b.store_atomic(b.add(calls, I64(1)), _stat(b, stats, 2), "monotonic", 8)
+    chunked_cost, one_cost = _load_average(b, stats, 0), _load_average(b, stats, 1)
+    require(b.fcmp_ordered("!=", one_cost, DBL(0.0)), one_thread)
+    prefer = b.fcmp_ordered("<", b.fmul(chunked_cost, DBL(1.0 / CHUNKS_MARGIN)), one_cost)
+    explore = b.icmp_signed("==", b.urem(calls, I64(EXPLORE_EVERY)), I64(EXPLORE_EVERY - 1))
+    unmeasured = b.fcmp_ordered("==", chunked_cost, DBL(0.0))
+    require(b.or_(unmeasured, b.xor(prefer, explore)), one_thread)
+
+
+def _build_record(mod):
+    """``ptnumba_codegen_split_record(stats, cycles, total)``: one one-thread run's time."""
     rec = ir.Function(mod, RECORD_TYPE, RECORD)
     b = ir.IRBuilder(rec.append_basic_block("entry"))
     _update_average(b, rec.args[0], 1, rec.args[1], rec.args[2])
     b.ret_void()
 
-    if with_blas:
-        _build_blas_callback(mod, parallel_for)
 
-    library.add_ir_module(mod)
-    library.finalize()
-    return library
-
-
-__all__ = ["RECORD", "RECORD_TYPE", "STATS_TYPE", "TRY_SPLIT", "TRY_SPLIT_TYPE", "ceil_div", "read_cycles", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin", "split_launches"]
+__all__ = ["RECORD", "RECORD_TYPE", "STATS_TYPE", "TRY_CHUNKS", "TRY_CHUNKS_TYPE", "ceil_div", "read_cycles", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin", "chunk_launches"]
