@@ -294,15 +294,20 @@ def share_ops(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> list
         if node not in in_cones or node not in fgraph.apply_nodes or shared_reason(node) is None:
             continue
         leaves = list(dict.fromkeys(v for v in node.inputs if not isinstance(v, Constant)))
-        op = AsWritten(
+        copy = AsWritten(
             FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=str(node.op), kind="shared", outer_pools=outer_pools
         )
-        new = op.make_node(*leaves)
-        for old, out in zip(node.outputs, new.outputs, strict=True):
-            out.name = old.name
-        fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
-        shared.append(new)
+        shared.append(_replace_by_copy(fgraph, node.outputs, copy, leaves))
     return shared
+
+
+def _replace_by_copy(fgraph, outputs, copy: AsWritten, leaves) -> object:
+    """Replace ``outputs`` by those of ``copy`` applied to ``leaves`` (names kept); the new node."""
+    new = copy.make_node(*leaves)
+    for old, out in zip(outputs, new.outputs, strict=True):
+        out.name = old.name
+    fgraph.replace_all_validate(list(zip(outputs, new.outputs, strict=True)), reason=REASON)
+    return new
 
 
 def computed_roots(node) -> tuple:
@@ -377,14 +382,10 @@ def _freeze_on_shared_cone(fgraph, node, values: dict, policy, outer_pools):
     inputs = [values.get(v, v) for v in node.inputs]
     leaves = list(dict.fromkeys(v for v in inputs if not isinstance(v, Constant)))
     inner = node.op.make_node(*inputs)
-    op = AsWritten(
+    copy = AsWritten(
         FrozenFunctionGraph.from_io(leaves, inner.outputs), policy, label=str(node.op), kind="decision", outer_pools=outer_pools
     )
-    new = op.make_node(*leaves)
-    for old, out in zip(node.outputs, new.outputs, strict=True):
-        out.name = old.name
-    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
-    return new
+    return _replace_by_copy(fgraph, node.outputs, copy, leaves)
 
 
 def _freeze_inner_graph(fgraph, node, policy, frozen: list, outer_pools):
@@ -407,15 +408,10 @@ def _freeze_node(fgraph, node, roots, policy, outer_pools):
         if var not in cone and not isinstance(var, Constant):
             cone.add(var)
             leaves.append(var)
-    label = str(node.op)
-    op = AsWritten(
-        FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=label, kind="decision", outer_pools=outer_pools
+    copy = AsWritten(
+        FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=str(node.op), kind="decision", outer_pools=outer_pools
     )
-    new = op.make_node(*leaves)
-    for old, out in zip(node.outputs, new.outputs, strict=True):
-        out.name = old.name
-    fgraph.replace_all_validate(list(zip(node.outputs, new.outputs, strict=True)), reason=REASON)
-    return new
+    return _replace_by_copy(fgraph, node.outputs, copy, leaves)
 
 
 def _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools):
