@@ -19,6 +19,7 @@ for an inplace loop (inputs already overwritten) a RuntimeError says so instead.
 
 from __future__ import annotations
 
+import math
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
 
+from ptnumba_codegen.analysis.kernel_programs import kernel_core, node_program
 from ptnumba_codegen.flags import TRANSCENDENTAL
 from ptnumba_codegen.lowering.loop import combine, chunk_axis, static_lengths
 from ptnumba_codegen.runtime.threads import (
@@ -72,6 +74,32 @@ def chunking_for(parallel, planned) -> Chunking:
     """The policy's ``[parallel]`` applied to one body (heavier bodies split earlier)."""
     heavy = sum(1 for klass in planned.classes if klass == TRANSCENDENTAL)
     return Chunking(parallel.threads, max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy)))
+
+
+def may_chunk(node, parallel) -> bool:
+    """Whether a kernel node's loop could ever run on threads under ``parallel`` (the
+    graph-level bound the pass asks before starting the thread runtime): False only when its
+    iteration space, the broadcast of every array it reads or writes, has a static size
+    below the lowest threshold `chunking_for` could give its body (every instruction
+    transcendental). Small models then never start the runtime (about 0.2 s of compile)."""
+    if not parallel.enabled:
+        return False
+    shapes = [v.type.shape for v in (*node.inputs, *node.outputs) if hasattr(v.type, "shape")]
+    ndim = max((len(shape) for shape in shapes), default=0)
+    dims = [1] * ndim
+    for shape in shapes:
+        for k, d in enumerate(shape, start=ndim - len(shape)):
+            if d is None:
+                return True
+            dims[k] = max(dims[k], d)
+    if kernel_core(node) is None:  # a reduction alone: no transcendental
+        heavy = 0
+    else:
+        try:
+            heavy = len(node_program(node).instrs)  # at most this many transcendental
+        except Exception:  # noqa: BLE001 (no program: decide as if it could split)
+            return True
+    return math.prod(dims) >= max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy))
 
 
 def chunk_decision(spec, planned, parallel, yields_to=()) -> tuple[bool, Chunking | None, str]:

@@ -24,6 +24,7 @@ from ptnumba_codegen.analysis.graph_ranges import graph_facts
 from ptnumba_codegen.backend.plans import planner_for
 from ptnumba_codegen.backend.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
+from ptnumba_codegen.lowering.chunks import may_chunk
 from ptnumba_codegen.runtime.threads import ensure_threading
 from ptnumba_codegen.runtime.pools import pools_to_yield_to
 
@@ -70,15 +71,18 @@ class PolicyCodegen(GraphRewriter):
         fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
         facts = graph_facts(fgraph)
         sensitive = sensitive_variables(fgraph, policy, facts)
-        if policy.parallel.enabled:
-            ensure_threading()  # starts the split runtime, which may share OpenBLAS's pool
+        kernels = [
+            node
+            for node in fgraph.toposort()
+            if not is_policy_op(node.op)
+            and planner_for(node.op) is not None
+            and (self.kinds is None or isinstance(node.op, self.kinds))
+        ]
+        if any(may_chunk(node, policy.parallel) for node in kernels):
+            ensure_threading()  # starts the thread runtime, which may share OpenBLAS's pool
         yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
         taken = []
-        for node in fgraph.toposort():
-            if is_policy_op(node.op) or planner_for(node.op) is None:
-                continue
-            if self.kinds is not None and not isinstance(node.op, self.kinds):
-                continue
+        for node in kernels:
             new_op = with_policy(
                 node.op, policy, program_sensitive_outputs(node, sensitive, facts), yields, facts.input_facts(node)
             )
