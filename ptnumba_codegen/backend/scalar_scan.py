@@ -198,10 +198,10 @@ def _loop_source(op, node) -> str:
             post.append(_post_proc(store, max(taps) + lookback, size))
         results.append(store)
         out_idx += 1
-    for name in nitsot:
+    for name, inner_out in zip(nitsot, op.inner_nitsot_outs(op.fgraph.outputs), strict=True):
         store, size = f"{name}_store", f"{name}_len"
         setup.append(f"{size} = {name}.item()")
-        setup.append(f"{store} = np.empty(({size},), dtype=NITSOT_DTYPE_{len(results)})")
+        setup.append(f"{store} = np.empty(({size},), dtype=np.{np.dtype(inner_out.type.dtype).name})")
         writes.append(f"{store}[i % {size}] = ")
         post.append(_post_proc(store, 0, size))
         results.append(store)
@@ -256,11 +256,7 @@ def funcify_scalar_scan(op, node, **kwargs):
     step_src, env, keys = _step_source(op.fgraph, **kwargs)
     step = njit(define(step_src, **env), **KERNEL_JIT_OPTIONS)
     loop_src = _loop_source(op, node)
-    loop_env = {"np": np, "step": step}
-    for k, out in enumerate(op.inner_nitsot_outs(op.fgraph.outputs)):
-        position = len(op.outer_mitmot(node.outputs)) + len(op.outer_mitsot(node.outputs)) + len(op.outer_sitsot(node.outputs)) + k
-        loop_env[f"NITSOT_DTYPE_{position}"] = np.dtype(out.type.dtype)
-    scan = njit(define(loop_src, **loop_env), boundscheck=False, **KERNEL_JIT_OPTIONS)
+    scan = njit(define(loop_src, np=np, step=step), boundscheck=False, **KERNEL_JIT_OPTIONS)
     if any(k is None for k in keys):
         return scan, None
     return scan, cache_key("scalar-scan", SCAN_VERSION, op.policy.digest, step_src, loop_src, tuple(keys))
