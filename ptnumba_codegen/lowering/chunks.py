@@ -31,6 +31,7 @@ from ptnumba_codegen.flags import TRANSCENDENTAL
 from ptnumba_codegen.lowering.loop import combine, split_axis, static_lengths
 from ptnumba_codegen.runtime.threads import (
     MEASURE_ONE_THREAD,
+    NOT_SPLIT,
     RECORD,
     RECORD_TYPE,
     SPLIT_DONE,
@@ -210,22 +211,30 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
     stats.initializer = ir.Constant(STATS_TYPE, None)
     stats_p = builder.gep(stats, [i32(0), i32(0)])
     try_split = cgutils.get_or_insert_function(module, TRY_SPLIT_TYPE, TRY_SPLIT)
-    outcome = builder.call(
-        try_split,
-        [
-            builder.bitcast(chunk, i8p),
-            state_p,
-            n0,
-            total,
-            intp(split.min_elements),
-            intp(split.threads),
-            rows if accs else intp(0),
-            intp(CHUNK_ALIGN if axis == nd - 1 else 1),  # the innermost axis: whole cache lines
-            field(builder, state, CHUNK),
-            field(builder, state, ERR),
-            stats_p,
-        ],
-    )
+    # below the split threshold the helper would answer NOT_SPLIT: it is not asked (a
+    # small kernel called every step of a Scan saves the call and the cycle counter)
+    asked = builder.basic_block
+    with builder.if_then(builder.icmp_signed(">=", total, intp(split.min_elements)), likely=False):
+        called = builder.call(
+            try_split,
+            [
+                builder.bitcast(chunk, i8p),
+                state_p,
+                n0,
+                total,
+                intp(split.min_elements),
+                intp(split.threads),
+                rows if accs else intp(0),
+                intp(CHUNK_ALIGN if axis == nd - 1 else 1),  # the innermost axis: whole cache lines
+                field(builder, state, CHUNK),
+                field(builder, state, ERR),
+                stats_p,
+            ],
+        )
+        calling = builder.basic_block
+    outcome = builder.phi(called.type)
+    outcome.add_incoming(i32(NOT_SPLIT), asked)
+    outcome.add_incoming(called, calling)
     if inplace:
         with builder.if_then(builder.icmp_signed("==", outcome, i32(SPLIT_RAISED)), likely=False):
             context.call_conv.return_user_exc(
@@ -239,9 +248,14 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
                 ),
             )
     with builder.if_then(builder.icmp_signed("!=", outcome, i32(SPLIT_DONE))):
-        start = read_cycles(builder)
+        measured, unmeasured = builder.icmp_signed("==", outcome, i32(MEASURE_ONE_THREAD)), builder.basic_block
+        with builder.if_then(measured, likely=False):
+            cycles, counting = read_cycles(builder), builder.basic_block
+        start = builder.phi(cycles.type)
+        start.add_incoming(cycles.type(0), unmeasured)
+        start.add_incoming(cycles, counting)
         run_on_this_thread()
-        with builder.if_then(builder.icmp_signed("==", outcome, i32(MEASURE_ONE_THREAD))):
+        with builder.if_then(measured):
             record = cgutils.get_or_insert_function(module, RECORD_TYPE, RECORD)
             builder.call(record, [stats_p, builder.sub(read_cycles(builder), start), total])
     combine_partials()
