@@ -5,6 +5,8 @@ calls them (one function, float64 parameters in, logp and gradient out).
             recursion ``alpha_t = logsumexp(alpha_{t-1}[:, None] + logA, 0) + logB_t``
 ``garch``   GARCH(1,1) volatility recursion ``s2_t = omega + a r_{t-1}^2 + b s2_{t-1}``
             and a Gaussian likelihood of the returns
+``step_arith``, ``step_exp``  one small elementwise kernel per step (3 elements, 1000
+            steps): what a kernel call costs inside a Scan
 ``lv``      Lotka-Volterra by forward Euler (2 states, many small steps), squared error to
             observations every ``stride`` steps (the catalogue's
             ``ode_lotka_volterra_pytensor_scan`` has the same loop)
@@ -157,6 +159,27 @@ def _lv(n_years: int = 21, steps_per_year: int = 100):
     return build, make_inputs
 
 
+def _one_kernel(kind: str, K: int = 3, steps: int = 1000):
+    """A Scan whose step is one small elementwise kernel: the per-step cost of a kernel call."""
+
+    def build():
+        import pytensor
+        import pytensor.tensor as pt
+
+        s0 = pt.vector("s0")
+
+        def step(s):
+            return s * 0.5 + 1.0 if kind == "arith" else pt.exp(s * 0.5) - 1.0
+
+        out = pytensor.scan(step, outputs_info=[s0], n_steps=steps, return_updates=False)
+        return [s0], [out[-1]]
+
+    def make_inputs():
+        return [np.zeros(K)]
+
+    return build, make_inputs
+
+
 def _make(key, label, factory, **kw):
     build, make_inputs = factory(**kw)
     return ScanWorkload(key, label, build, make_inputs)
@@ -169,5 +192,7 @@ WORKLOADS: dict[str, ScanWorkload] = {
         _make("hmm_k8", "HMM forward algorithm, K=8 states, T=500: logp + gradient", _hmm, K=8, T=500),
         _make("garch", "GARCH(1,1), T=500: logp + gradient", _garch),
         _make("lv", "Lotka-Volterra, forward Euler, 2100 steps: logp + gradient", _lv),
+        _make("step_arith", "one kernel per step, s * 0.5 + 1 on 3 elements, 1000 steps", _one_kernel, kind="arith"),
+        _make("step_exp", "one kernel per step, exp(s * 0.5) - 1 on 3 elements, 1000 steps", _one_kernel, kind="exp"),
     )
 }
