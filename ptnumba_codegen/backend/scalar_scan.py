@@ -117,8 +117,22 @@ def _node_kernel(nd, **kwargs):
             return njit(define("\n".join(lines) + "\n", stock=stock, np=np))
 
     name = f"policy_scan_{type(nd.op).stock_class.__name__.lower()}"
-    fn = build_scalar_kernel(plan.body, perform_impl(nd), name=name, fallback=fallback)
+    fn = build_scalar_kernel(plan.body, _scalar_python_impl(nd, perform_impl(nd)), name=name, fallback=fallback)
     return fn, kernel_key(nd.op, nd, plan)
+
+
+def _scalar_python_impl(nd, perform):
+    """The node's ``perform`` on scalars (the kernel run without JIT): a 0-d Elemwise
+    computes on fresh 0-d arrays (it may write into an input) and its outputs are unwrapped."""
+    if all(isinstance(v.type, ScalarType) for v in nd.inputs):
+        return perform
+    dtypes = [v.type.dtype for v in nd.inputs]
+
+    def run(*xs):
+        out = perform(*(np.array(x, dtype=d) for x, d in zip(xs, dtypes, strict=True)))
+        return tuple(o[()] for o in out) if isinstance(out, tuple) else np.asarray(out)[()]
+
+    return run
 
 
 def _step_source(fg, **kwargs):
