@@ -19,6 +19,8 @@ from ptnumba_codegen.backend.plans import KernelPlan, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel, compiled_or_stock
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.backend.ops import on_policy_class
+from ptnumba_codegen.backend.scalar_scan import funcify_scalar_scan
+from pytensor.scan.op import Scan
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -32,6 +34,10 @@ def fallback_reason(node) -> str | None:
 
     A node the generator plans but fails to compile falls back when numba compiles the
     function (its first call); its reason is known from then on."""
+    if isinstance(node.op, Scan):
+        from ptnumba_codegen.backend.scalar_scan import scan_problem
+
+        return scan_problem(node)
     try:
         plan_node(node)
     except Unsupported as err:
@@ -131,13 +137,12 @@ def build(node, plan: KernelPlan, **kwargs):
     return BUILDERS[plan.kind](node, plan, name, fallback)
 
 
-def own_kernel(op, node, plan: KernelPlan, **kwargs):
-    """A kernel the generator builds ("loop", "scalar"), with its cache key."""
+def kernel_key(op, node, plan: KernelPlan) -> str | None:
+    """The cache key of the kernel the generator builds for ``plan`` ("loop", "scalar")."""
     stock_keys = plan.body.stock_keys
     if any(k is None for k, _fast in stock_keys):
-        key = None  # a stock function inside is uncacheable, so is the kernel (as in stock)
-        return build(node, plan, **kwargs), key
-    key = cache_key(
+        return None  # a stock function inside is uncacheable, so is the kernel (as in stock)
+    return cache_key(
         plan.kind,
         stock_keys,
         op.policy.digest,
@@ -150,7 +155,11 @@ def own_kernel(op, node, plan: KernelPlan, **kwargs):
         tuple(str(o.type) for o in node.outputs),
         op.yields_to,
     )
-    return build(node, plan, **kwargs), key
+
+
+def own_kernel(op, node, plan: KernelPlan, **kwargs):
+    """A kernel the generator builds ("loop", "scalar"), with its cache key."""
+    return build(node, plan, **kwargs), kernel_key(op, node, plan)
 
 
 # KernelPlan.kind -> (op, node, plan, **kwargs) -> (function, cache key)
@@ -163,6 +172,8 @@ FUNCIFY = {
 
 
 def funcify_policy_node(op, node, **kwargs):
+    if isinstance(op, Scan):  # only Scans `scalar_scan.scan_problem` accepts carry a policy
+        return funcify_scalar_scan(op, node, **kwargs)
     try:
         plan = plan_node(node)
     except Unsupported as err:

@@ -22,6 +22,8 @@ from ptnumba_codegen.passes.constant_writes import fold_constant_writes
 from ptnumba_codegen.analysis.whole_graph import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
 from ptnumba_codegen.backend.plans import planner_for
+from ptnumba_codegen.backend.scalar_scan import scan_problem
+from pytensor.scan.op import Scan
 from ptnumba_codegen.backend.ops import is_policy_op, with_policy
 from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
 from ptnumba_codegen.lowering.chunks import may_chunk
@@ -93,11 +95,29 @@ class PolicyCodegen(GraphRewriter):
                 list(zip(node.outputs, new_node.outputs, strict=True)), reason=TAG
             )
             taken.append(new_node)
+        if self.kinds is None:
+            taken.extend(scalar_scans(fgraph, policy))
         if taken and log.isEnabledFor(logging.INFO):
             log.info("%s", summarize(taken, policy))
 
     def __str__(self):
         return f"PolicyCodegen({self.policy!r})"
+
+
+def scalar_scans(fgraph, policy) -> list:
+    """Give every Scan whose inner graph is 0-d policy kernels (`scalar_scan.scan_problem`;
+    the inner graph was rewritten, with this pass, before the outer graph gets here) a
+    policy-carrying op: it compiles as one loop over native scalars."""
+    taken = []
+    for node in fgraph.toposort():
+        if not isinstance(node.op, Scan) or is_policy_op(node.op) or scan_problem(node) is not None:
+            continue
+        new_node = Apply(with_policy(node.op, policy), list(node.inputs), [o.type() for o in node.outputs])
+        for old, new in zip(node.outputs, new_node.outputs, strict=True):
+            new.name = old.name
+        fgraph.replace_all_validate(list(zip(node.outputs, new_node.outputs, strict=True)), reason=TAG)
+        taken.append(new_node)
+    return taken
 
 
 
@@ -108,12 +128,16 @@ def summarize(nodes, policy) -> str:
 
     vectorized, fallbacks = 0, []
     for node in nodes:
+        if isinstance(node.op, Scan):
+            continue  # its inner kernels were counted when its inner graph was rewritten
         try:
             vectorized += plan_node(node).body.uses_vector_math
         except Unsupported as err:
             fallbacks.append(f"{node.op}: {err}")
+    scans = sum(isinstance(n.op, Scan) for n in nodes)
     text = (
-        f"policy {policy.name}: {len(nodes) - len(fallbacks)} kernel(s) generated, "
+        f"policy {policy.name}: {len(nodes) - scans - len(fallbacks)} kernel(s) generated, "
         f"{vectorized} with libmvec calls, {len(fallbacks)} fell back to the stock kernel"
     )
+    text += f", {scans} Scan(s) compiled as scalar loops" if scans else ""
     return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
