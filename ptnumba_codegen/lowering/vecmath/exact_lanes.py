@@ -32,7 +32,7 @@ import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
 
-from ptnumba_codegen.lowering.vecmath.libm_data import ExpData, glibc_exp_data
+from ptnumba_codegen.lowering.vecmath.libm_data import LOG_OFF, ExpData, LogData, glibc_exp_data, glibc_log_data
 from ptnumba_codegen.lowering.vecmath.isa import keep_alive, lane_count, mark_pure, target_features, target_isa
 
 ENV = "PTNUMBA_CODEGEN_EXACT_LANES"
@@ -119,6 +119,101 @@ def _build_glibc_exp(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     b.ret(lane_by_lane(b, libm, x))
 
 
+# -- log: glibc 2.36 sysdeps/ieee754/dbl-64/e_log.c (__log), built with FMA (__log_fma) -----
+# The fused multiply-adds are those GCC contracted in that build (read off libm's code):
+# the table path is r = fma(z, invc, -1), w = fma(k, ln2hi, logc), lo = fma(k, ln2lo,
+# (w - hi) + r), and the polynomial as fma(r3, fma(fma(r, A4, A3), r2, fma(r, A2, A1)),
+# fma(r2, A0, lo)) + hi; the near-1 path contracts its splitting of r into rhi + rlo too.
+
+_LOG_LO = 0x3FEE000000000000  # bits of 1 - 2^-4
+_LOG_HI = 0x3FF1090000000000  # bits of 1 + 0x1.09p-4
+
+
+def _gather_pairs(b: ir.IRBuilder, table: ir.GlobalVariable, slot, vty):
+    """``table[slot]`` and ``table[slot + 1]`` per lane, as vectors of ``vty``."""
+    ity = slot.type
+    first = ir.Constant(ity, ir.Undefined)
+    second = ir.Constant(ity, ir.Undefined)
+    for lane in range(vty.count):
+        k = _I32(lane)
+        s = b.extract_element(slot, k)
+        first = b.insert_element(first, b.load(b.gep(table, [_I64(0), s], inbounds=True)), k)
+        second = b.insert_element(second, b.load(b.gep(table, [_I64(0), b.add(s, _I64(1))], inbounds=True)), k)
+    return b.bitcast(first, vty), b.bitcast(second, vty)
+
+
+def _glibc_log_table(b: ir.IRBuilder, x, data: LogData, table: ir.GlobalVariable):
+    """__log's main path: x = 2^k z, log(x) = k ln2 + log(c) + log1p(z/c - 1) (x normal, > 0)."""
+    vty = x.type
+    ity = ir.VectorType(_I64, vty.count)
+    ix = b.bitcast(x, ity)
+    tmp = b.sub(ix, _splat(ity, LOG_OFF))
+    slot = b.shl(b.and_(b.lshr(tmp, _splat(ity, 52 - 7)), _splat(ity, 127)), _splat(ity, 1))
+    kd = b.sitofp(b.ashr(tmp, _splat(ity, 52)), vty)
+    z = b.bitcast(b.sub(ix, b.and_(tmp, _splat(ity, 0xFFF << 52))), vty)
+    invc, logc = _gather_pairs(b, table, slot, vty)
+    A = [_splat(vty, a) for a in data.poly]
+    r = _fma(b, z, invc, _splat(vty, -1.0))
+    w = _fma(b, kd, _splat(vty, data.ln2hi), logc)
+    hi = b.fadd(w, r)
+    lo = _fma(b, kd, _splat(vty, data.ln2lo), b.fadd(b.fsub(w, hi), r))
+    r2 = b.fmul(r, r)
+    r3 = b.fmul(r, r2)
+    p = _fma(b, _fma(b, r, A[4], A[3]), r2, _fma(b, r, A[2], A[1]))
+    y = _fma(b, r3, p, _fma(b, r2, A[0], lo))
+    return b.fadd(y, hi)
+
+
+def _glibc_log_near1(b: ir.IRBuilder, x, data: LogData):
+    """__log's path for 1 - 2^-4 < x < 1 + 0x1.09p-4: log1p(r) with r = x - 1 exact."""
+    vty = x.type
+    B = [_splat(vty, c) for c in data.poly1]
+    r = b.fsub(x, _splat(vty, 1.0))
+    r2 = b.fmul(r, r)
+    r3 = b.fmul(r, r2)
+    p1 = _fma(b, r2, B[3], _fma(b, r, B[2], B[1]))
+    p2 = _fma(b, r2, B[6], _fma(b, r, B[5], B[4]))
+    p3 = _fma(b, r3, B[10], _fma(b, r2, B[9], _fma(b, r, B[8], B[7])))
+    poly = _fma(b, _fma(b, p3, r3, p2), r3, p1)
+    rhi = _fma(b, _splat(vty, -(2.0**27)), r, _fma(b, r, _splat(vty, 2.0**27), r))  # r + w - w, w = r 2^27
+    rlo = b.fsub(r, rhi)
+    rhi2 = b.fmul(rhi, rhi)
+    hi = _fma(b, rhi2, B[0], r)  # r + rhi^2 B0
+    lo = _fma(b, rhi2, B[0], b.fsub(r, hi))  # r - hi + rhi^2 B0
+    lo = _fma(b, b.fmul(B[0], rlo), b.fadd(r, rhi), lo)
+    return b.fadd(hi, _fma(b, poly, r3, lo))
+
+
+def _any(b: ir.IRBuilder, mask):
+    mty = ir.IntType(mask.type.count)
+    return b.icmp_unsigned("!=", b.bitcast(mask, mty), mty(0))
+
+
+def _build_glibc_log(module: ir.Module, fn: ir.Function, libm: ir.Function, data: LogData):
+    """Lanes that are not normal positive numbers (0, negative, subnormal, inf, NaN) make
+    the vector call libm lane by lane; near-1 lanes take their own path, computed only
+    for a vector that has one."""
+    x = fn.args[0]
+    ity = ir.VectorType(_I64, x.type.count)
+    entry, table_bb, blend_bb, slow_bb = (fn.append_basic_block(s) for s in ("entry", "table", "near1", "slow"))
+    b = ir.IRBuilder(entry)
+    ix = b.bitcast(x, ity)
+    top = b.lshr(ix, _splat(ity, 48))
+    special = b.icmp_unsigned(">=", b.sub(top, _splat(ity, 0x0010)), _splat(ity, 0x7FF0 - 0x0010))
+    b.cbranch(_any(b, special), slow_bb, table_bb)
+    b.position_at_end(table_bb)
+    main = _glibc_log_table(b, x, data, _table(module, "ptnumba_glibc_log_tab", data.tab))
+    near = b.icmp_unsigned("<", b.sub(ix, _splat(ity, _LOG_LO)), _splat(ity, _LOG_HI - _LOG_LO))
+    done_bb = fn.append_basic_block("done")
+    b.cbranch(_any(b, near), blend_bb, done_bb)
+    b.position_at_end(done_bb)
+    b.ret(main)
+    b.position_at_end(blend_bb)
+    b.ret(b.select(near, _glibc_log_near1(b, x, data), main))
+    b.position_at_end(slow_bb)
+    b.ret(lane_by_lane(b, libm, x))
+
+
 def lane_by_lane(b: ir.IRBuilder, scalar: ir.Function, v):
     """``scalar`` (a one-argument function) called on each lane of the vector ``v``."""
     out = ir.Constant(v.type, ir.Undefined)
@@ -143,6 +238,11 @@ EXACT_LANES: dict[str, ExactLanes] = {
         glibc_exp_data,
         _build_glibc_exp,
         "glibc __exp_fma: table exp, fixed fma sequence; constants and table read from the mapped libm",
+    ),
+    "log": ExactLanes(
+        glibc_log_data,
+        _build_glibc_log,
+        "glibc __log_fma: table log and near-1 polynomial, fixed fma sequence; constants and table read from the mapped libm",
     ),
 }
 
@@ -180,6 +280,8 @@ def vector_function(module: ir.Module, name: str, ety, lanes: int) -> tuple[ir.F
 def probe_inputs(symbol: str) -> np.ndarray:
     """Inputs the self-check runs: every table slot and rounding boundary of its reduction,
     the fast path's edges, overflow/underflow/subnormal results, specials, random values."""
+    if symbol == "log":
+        return _log_probes()
     rng = np.random.default_rng(20261201)
     k = np.arange(-128 * 9, 128 * 9 + 1)
     near_k = k * (np.log(2.0) / 128)
@@ -193,6 +295,30 @@ def probe_inputs(symbol: str) -> np.ndarray:
     unit = rng.uniform(-1.0, 1.0, 20_000)
     vals = np.concatenate([near_k, half, np.nextafter(half, np.inf), np.nextafter(half, -np.inf), around, specials, mags, wide, unit])
     return np.ascontiguousarray(vals, dtype=np.float64)
+
+
+def _log_probes() -> np.ndarray:
+    """log's probes: both ends and the middle of every table subinterval at several
+    exponents, the near-1 path's edges and its neighbourhood of 1, powers of two,
+    subnormals, specials and negatives (libm's lanes), random magnitudes over the range."""
+    rng = np.random.default_rng(20261202)
+    i = np.arange(128, dtype=np.uint64)
+    starts = (np.uint64(LOG_OFF) + (i << np.uint64(45))).view(np.float64)
+    mids = (np.uint64(LOG_OFF) + (i << np.uint64(45)) + np.uint64(1 << 44)).view(np.float64)
+    cells = np.concatenate([starts, np.nextafter(starts, 0.0), np.nextafter(starts, 2.0), mids])
+    scaled = np.concatenate([cells * 2.0**e for e in (-1022, -600, -60, -1, 0, 1, 7, 60, 600, 1022)])
+    edges = np.array([_LOG_LO, _LOG_HI], dtype=np.uint64).view(np.float64)
+    edges = np.concatenate([edges, np.nextafter(edges, 0.0), np.nextafter(edges, 2.0)])
+    one = np.nextafter(1.0, 2.0) - 1.0
+    near1 = np.concatenate([1.0 + np.arange(-300, 301) * one / 2, 1.0 + rng.uniform(-1 / 16, 0.0646, 30_000)])
+    powers = 2.0 ** np.arange(-1074, 1024, dtype=np.float64)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, -1.0, -5e-324, 5e-324, 2.2250738585072014e-308, np.nextafter(2.2250738585072014e-308, 0.0), 1.7976931348623157e308])
+    subnormal = rng.uniform(0.0, 2.2250738585072014e-308, 2000)
+    mags = np.exp2(rng.uniform(-1074, 1024, 60_000))
+    unit = rng.uniform(0.0, 4.0, 30_000)
+    neg = -np.exp2(rng.uniform(-40, 40, 500))
+    vals = np.concatenate([scaled, edges, near1, powers, specials, subnormal, mags, unit, neg])
+    return np.ascontiguousarray(rng.permutation(vals), dtype=np.float64)
 
 
 def _run_compiled(symbol: str, lanes: int, data, xs: np.ndarray) -> np.ndarray:
