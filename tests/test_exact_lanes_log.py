@@ -216,3 +216,13 @@ def test_log_gradient_cone_is_stock_strict():
     g, w = fn(xv, yv, bv), ref(xv, yv, bv)
     assert _same_bits(g[1], w[1]).all()  # the gradient: which side of b each element took
     np.testing.assert_allclose(g[0], w[0], rtol=1e-12)  # a sum: the order may differ
+
+
+def test_explain_names_the_log_entry_and_labels_the_lane_call():
+    import ptnumba_codegen
+
+    x, b = pt.vectors("x", "b")
+    fn = compile_fn([x, b], [pt.le(pt.log(x), b)], "policy_default", cache_key="exact_log_explain")
+    text = ptnumba_codegen.explain(fn)
+    assert re.search(rf"exact lanes: log x{LANES}: on \(glibc __log_fma.*bit-identical\)", text), text
+    assert "libm lanes log (float64)" in text

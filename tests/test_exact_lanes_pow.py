@@ -213,3 +213,13 @@ def test_constant_exponents_keep_stock_code(e):
     for g, w in zip(fn(xv, bv), ref(xv, bv), strict=True):
         assert _same_bits(g, w).all()
     assert "ptnumba_exact" not in final_ir(fn)
+
+
+def test_explain_names_the_pow_entry():
+    import ptnumba_codegen
+
+    x, y, b = pt.vectors("x", "y", "b")
+    fn = compile_fn([x, y, b], [pt.le(x**y, b)], "policy_default", cache_key="exact_pow_explain")
+    text = ptnumba_codegen.explain(fn)
+    assert re.search(rf"exact lanes: pow x{LANES}: on \(glibc __pow_fma.*bit-identical\)", text), text
+    assert "libm lanes pow (float64)" in text

@@ -12,11 +12,19 @@ sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those
   polynomial in the order and with the fused multiply-adds of that build, ``scale + scale
   * tmp`` as one fma. Lanes outside libm's fast path (``|x| < 2^-54``, ``|x| >= 512``, inf,
   NaN) make the whole vector call libm lane by lane, as a lane call does.
+* ``log`` (float64), glibc 2.36's ``__log_fma`` (e_log.c): the table path (``r = fma(z,
+  1/c, -1)``, 128 (1/c, log c) pairs) and the near-1 polynomial, which a vector computes
+  only when one of its lanes needs it; zero, negative, subnormal, inf, NaN lanes call libm.
+* ``pow`` (float64, two arguments), glibc 2.36's ``__pow_fma`` (e_pow.c) on its main path:
+  ``log_inline`` on pow's own log table, ``exp_inline`` (exp's fast path plus a tail) on
+  exp's table; a lane with x not positive normal, |y| outside [2^-65, 2^63), or |y log x|
+  outside [2^-54, 512) makes the vector call libm.
 
-Constants and table come from this process's libm (`libm_data`). Before the first use (once
-per process and vector width, about 0.2 s) the vector code is compiled on its own and compared bit for bit with libm's ``exp`` on
-`probe_inputs` (every table slot, the fast-path edges, the subnormal range, random
-magnitudes); any difference, or no data, and the entry is off for the process: lane calls
+Constants and tables come from this process's libm (`libm_data`). Before the first use (once
+per process, entry and vector width, 0.2 to 1 s) the vector code is compiled on its own and
+compared bit for bit with libm's function on `probe_inputs` (every table slot or
+subinterval, the fast path's edges, the subnormal range, random magnitudes; pow's common
+exponents); any difference, or no data, and the entry is off for the process: lane calls
 stay per-lane libm (`status` says why; ``explain`` prints it). ``PTNUMBA_CODEGEN_EXACT_LANES
 =off`` turns them off by hand.
 """
