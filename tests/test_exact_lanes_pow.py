@@ -223,3 +223,23 @@ def test_explain_names_the_pow_entry():
     text = ptnumba_codegen.explain(fn)
     assert re.search(rf"exact lanes: pow x{LANES}: on \(glibc __pow_fma.*bit-identical\)", text), text
     assert "libm lanes pow (float64)" in text
+
+
+@pytest.mark.parametrize("base", [pt.constant(2, dtype="int8"), pt.constant(2.0, dtype="float32"), pt.constant(2.0), pt.constant(10.0)])
+def test_constant_bases_keep_stock_code(base):
+    """A constant base, cast to float64 or not (LLVM may rewrite a strict ``pow(2.0, y)``):
+    stock's code and bits."""
+    y, b = pt.vectors("y", "b")
+    p = base**y
+    outs = [pt.le(p, b), p]
+    key = f"exact_pow_base_{base.dtype}_{base.data}"
+    fn = compile_fn([y, b], outs, "policy_default", cache_key=key, inspect_ir=True)
+    ref = compile_fn([y, b], outs, "stock_strict", cache_key=key)
+    _, yv = _pair_inputs()
+    yv = yv * 300.0
+    with np.errstate(all="ignore"):
+        pv = np.power(float(base.data), yv)
+    bv = np.where(np.arange(yv.size) % 2 == 0, pv, np.nextafter(pv, np.inf))
+    for g, w in zip(fn(yv, bv), ref(yv, bv), strict=True):
+        assert _same_bits(g, w).all()
+    assert "ptnumba_exact" not in final_ir(fn)
