@@ -226,3 +226,15 @@ def test_explain_names_the_log_entry_and_labels_the_lane_call():
     text = ptnumba_codegen.explain(fn)
     assert re.search(rf"exact lanes: log x{LANES}: on \(glibc __log_fma.*bit-identical\)", text), text
     assert "libm lanes log (float64)" in text
+
+
+def test_probes_run_every_path_in_whole_vectors_and_mixed():
+    """The self-check proves something only for the paths its probes take: whole vectors
+    of near-1 lanes, of table lanes, of libm's lanes, and vectors mixing them."""
+    xs = exact_lanes.probe_inputs("log")
+    bits = xs[: xs.size // LANES * LANES].view(np.uint64).reshape(-1, LANES)
+    near = (bits - np.uint64(exact_lanes._LOG_LO)) < np.uint64(exact_lanes._LOG_HI - exact_lanes._LOG_LO)
+    special = ((bits >> np.uint64(48)) - np.uint64(0x10)) >= np.uint64(0x7FE0)
+    table = ~near & ~special
+    for kind, n in ((near.all(1), 5000), (table.all(1), 15000), (special.all(1), 1000), ((near.any(1) & table.any(1) & ~special.any(1)), 300)):
+        assert kind.sum() >= n

@@ -13,8 +13,8 @@ sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those
   * tmp`` as one fma. Lanes outside libm's fast path (``|x| < 2^-54``, ``|x| >= 512``, inf,
   NaN) make the whole vector call libm lane by lane, as a lane call does.
 * ``log`` (float64), glibc 2.36's ``__log_fma`` (e_log.c): the table path (``r = fma(z,
-  1/c, -1)``, 128 (1/c, log c) pairs) and the near-1 polynomial, which a vector computes
-  only when one of its lanes needs it; zero, negative, subnormal, inf, NaN lanes call libm.
+  1/c, -1)``, 128 (1/c, log c) pairs) and the near-1 polynomial, each computed only for a
+  vector with lanes that take it; zero, negative, subnormal, inf, NaN lanes call libm.
 * ``pow`` (float64, two arguments), glibc 2.36's ``__pow_fma`` (e_pow.c) on its main path:
   ``log_inline`` on pow's own log table, ``exp_inline`` (exp's fast path plus a tail) on
   exp's table; a lane with x not positive normal, |y| outside [2^-65, 2^63), or |y log x|
@@ -211,25 +211,31 @@ def _any(b: ir.IRBuilder, mask):
 
 def _build_glibc_log(module: ir.Module, fn: ir.Function, libm: ir.Function, data: LogData):
     """Lanes that are not normal positive numbers (0, negative, subnormal, inf, NaN) make
-    the vector call libm lane by lane; near-1 lanes take their own path, computed only
-    for a vector that has one."""
+    the vector call libm lane by lane; a vector takes the table path, the near-1 path, or
+    (lanes of both) both and a blend."""
     x = fn.args[0]
     ity = ir.VectorType(_I64, x.type.count)
-    entry, table_bb, blend_bb, slow_bb = (fn.append_basic_block(s) for s in ("entry", "table", "near1", "slow"))
+    mty = ir.IntType(x.type.count)
+    names = ("entry", "paths", "table", "near1", "blend", "slow")
+    entry, paths_bb, table_bb, near_bb, blend_bb, slow_bb = (fn.append_basic_block(s) for s in names)
     b = ir.IRBuilder(entry)
     ix = b.bitcast(x, ity)
     top = b.lshr(ix, _splat(ity, 48))
     special = b.icmp_unsigned(">=", b.sub(top, _splat(ity, 0x0010)), _splat(ity, 0x7FF0 - 0x0010))
-    b.cbranch(_any(b, special), slow_bb, table_bb)
-    b.position_at_end(table_bb)
-    main = _glibc_log_table(b, x, data, _table(module, "ptnumba_glibc_log_tab", data.tab))
+    b.cbranch(_any(b, special), slow_bb, paths_bb)
+    b.position_at_end(paths_bb)
     near = b.icmp_unsigned("<", b.sub(ix, _splat(ity, _LOG_LO)), _splat(ity, _LOG_HI - _LOG_LO))
-    done_bb = fn.append_basic_block("done")
-    b.cbranch(_any(b, near), blend_bb, done_bb)
-    b.position_at_end(done_bb)
-    b.ret(main)
+    bits = b.bitcast(near, mty)
+    switch = b.switch(bits, blend_bb)
+    switch.add_case(mty(0), table_bb)
+    switch.add_case(mty((1 << x.type.count) - 1), near_bb)
+    tab = _table(module, "ptnumba_glibc_log_tab", data.tab)
+    b.position_at_end(table_bb)
+    b.ret(_glibc_log_table(b, x, data, tab))
+    b.position_at_end(near_bb)
+    b.ret(_glibc_log_near1(b, x, data))
     b.position_at_end(blend_bb)
-    b.ret(b.select(near, _glibc_log_near1(b, x, data), main))
+    b.ret(b.select(near, _glibc_log_near1(b, x, data), _glibc_log_table(b, x, data, tab)))
     b.position_at_end(slow_bb)
     b.ret(lane_by_lane(b, libm, x))
 
@@ -412,7 +418,14 @@ def _log_probes() -> np.ndarray:
     unit = rng.uniform(0.0, 4.0, 30_000)
     neg = -np.exp2(rng.uniform(-40, 40, 500))
     vals = np.concatenate([scaled, edges, near1, powers, specials, subnormal, mags, unit, neg])
-    return np.ascontiguousarray(rng.permutation(vals), dtype=np.float64)
+    # whole vectors of near-1 lanes, of table-path lanes, of libm's lanes, then all mixed
+    # (each of the vector code's paths runs on its own and blended)
+    bits = vals.view(np.uint64)
+    near = (bits - np.uint64(_LOG_LO)) < np.uint64(_LOG_HI - _LOG_LO)
+    special = ((bits >> np.uint64(48)) - np.uint64(0x10)) >= np.uint64(0x7FE0)
+    groups = [vals[near], vals[~near & ~special], vals[special]]
+    mixed = rng.permutation(np.concatenate([g[rng.choice(g.size, 6000)] for g in groups]))
+    return np.ascontiguousarray(np.concatenate([*(rng.permutation(g) for g in groups), mixed]), dtype=np.float64)
 
 
 def _pow_probes() -> np.ndarray:
