@@ -405,7 +405,7 @@ RULES: dict[type, Rule] = {
         _pick(
             {
                 "int": python(_pow, force_strict=_int_exponent),
-                "float": vector_form(python(_pow), ("pow",), None, pow_formula),
+                "float": vector_form(python(_pow), ("pow",), None, pow_formula, exact=_lanes("pow")),
             },
             lambda t: "int" if _int_exponent(t) else "float",
         ),

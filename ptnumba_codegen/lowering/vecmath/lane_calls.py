@@ -46,7 +46,13 @@ LIBM: dict[str, tuple[str, str]] = {
     "tanh": ("tanhf", "tanh"),
     "sin": ("sinf", "sin"),
     "cos": ("cosf", "cos"),
+    "pow": ("powf", "pow"),
 }
+# libm functions of two arguments (the others take one)
+ARITY = {"pow": 2}
+# functions lane-called only where their lane calls are exact vector code: LLVM already
+# widens a strict ``llvm.pow`` call by calling libm once per lane
+EXACT_ONLY = frozenset({"pow"})
 
 
 def lane_dtype(name: str, loop_types) -> str | None:
@@ -65,50 +71,53 @@ def _fty(dtype: str):
     return ir.FloatType() if dtype == "float32" else ir.DoubleType()
 
 
-def _libm(module: ir.Module, symbol: str, fty) -> ir.Function:
+def _libm(module: ir.Module, symbol: str, fty, arity: int = 1) -> ir.Function:
     fn = module.globals.get(symbol)
     if fn is None:
-        fn = ir.Function(module, ir.FunctionType(fty, [fty]), symbol)
+        fn = ir.Function(module, ir.FunctionType(fty, [fty] * arity), symbol)
     return fn
 
 
-def _lanes_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Function:
-    """``<lanes x fty> ptnumba_lanes<lanes>_<symbol>(v)``: libm's ``symbol`` on each lane,
-    or libm's algorithm on the whole vector where `exact_lanes` has it (same bits)."""
+def _lanes_variant(module: ir.Module, symbol: str, fty, lanes: int, arity: int = 1) -> ir.Function:
+    """``<lanes x fty> ptnumba_lanes<lanes>_<symbol>(v, ...)``: libm's ``symbol`` on each
+    lane, or libm's algorithm on the whole vector where `exact_lanes` has it (same bits)."""
     exact = exact_variant(module, symbol, fty, lanes)
     if exact is not None:
         return exact
-    fn, new = vector_function(module, f"ptnumba_lanes{lanes}_{symbol}", fty, lanes)
+    fn, new = vector_function(module, f"ptnumba_lanes{lanes}_{symbol}", fty, lanes, arity)
     if not new:
         return fn
     b = ir.IRBuilder(fn.append_basic_block())
-    b.ret(lane_by_lane(b, _libm(module, symbol, fty), fn.args[0]))
+    b.ret(lane_by_lane(b, _libm(module, symbol, fty, arity), *fn.args))
     keep_alive(module, fn)
     return fn
 
 
-def lane_call(builder: ir.IRBuilder, name: str, x, dtype: str) -> ir.Value:
-    """libm's ``name`` of ``x`` (a scalar of ``dtype``), vectorizable lane by lane."""
+def lane_call(builder: ir.IRBuilder, name: str, x, dtype: str, *more) -> ir.Value:
+    """libm's ``name`` of ``x`` (and ``more`` arguments: pow's exponent), scalars of
+    ``dtype``, vectorizable lane by lane."""
     isa = target_isa()
     module = builder.module
     fty = _fty(dtype)
     symbol = LIBM[name][dtype == "float64"]
+    arity = ARITY.get(name, 1)
+    assert 1 + len(more) == arity, (name, arity)
     lanes = lane_count(isa, dtype)
-    variant = _lanes_variant(module, symbol, fty, lanes)
+    variant = _lanes_variant(module, symbol, fty, lanes, arity)
     wname = f"ptnumba_libm_{symbol}"
     wrapper = module.globals.get(wname)
     if wrapper is None:
-        wrapper = ir.Function(module, ir.FunctionType(fty, [fty]), wname)
+        wrapper = ir.Function(module, ir.FunctionType(fty, [fty] * arity), wname)
         wrapper.linkage = "linkonce_odr"
         wrapper.attributes.add("noinline")  # inlined, the call would lose its variant
         mark_pure(wrapper)
         b = ir.IRBuilder(wrapper.append_basic_block())
-        b.ret(b.call(_libm(module, symbol, fty), [wrapper.args[0]]))
+        b.ret(b.call(_libm(module, symbol, fty, arity), list(wrapper.args)))
     attrs = builder.function.attributes
     if not any(str(a).startswith('"prefer-vector-width"') for a in attrs):
         set.add(attrs, f'"prefer-vector-width"="{ISA_BITS[isa]}"')
-    call = builder.call(wrapper, [x])
-    set.add(call.attributes, f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}v_{wname}({variant.name})"')
+    call = builder.call(wrapper, [x, *more])
+    set.add(call.attributes, f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}{"v" * arity}_{wname}({variant.name})"')
     return call
 
 
@@ -123,8 +132,8 @@ class LaneMath:
     def const(self, v):
         return ir.Constant(self.ty, v)
 
-    def call(self, name, x):
-        return lane_call(self.b, name, x, self.dtype)
+    def call(self, name, x, *more):
+        return lane_call(self.b, name, x, self.dtype, *more)
 
 
 def _neg(m: LaneMath, x):
@@ -149,10 +158,16 @@ def _softplus(m: LaneMath, x):
     return b.select(b.fcmp_ordered("<", x, m.const(-37.0)), e, res)
 
 
+def _pow(m: LaneMath, x, y):
+    # formulas._pow: x ** y, numba's llvm.pow (libm's pow) for float64 operands
+    return m.call("pow", x, y)
+
+
 # op name -> (libm functions it calls, its stock formula on lane calls)
 STOCK_FORMULAS = {
     "sigmoid": (("exp",), _sigmoid),
     "softplus": (("exp", "log1p"), _softplus),
+    "pow": (("pow",), _pow),
 }
 
 
@@ -165,6 +180,8 @@ def stock_formula(name: str, t: Typed) -> Emitter | None:
         return None
     dtype = lane_dtype(needs[0], (*t.inputs, *t.outputs))
     if dtype is None:
+        return None
+    if any(n in EXACT_ONLY and not exact_available(LIBM[n][1], dtype) for n in needs):
         return None
     fty = numba_type(dtype)
 
@@ -179,4 +196,4 @@ def stock_formula(name: str, t: Typed) -> Emitter | None:
     )
 
 
-__all__ = ["LIBM", "STOCK_FORMULAS", "LaneMath", "lane_call", "lane_dtype", "stock_formula"]
+__all__ = ["ARITY", "EXACT_ONLY", "LIBM", "STOCK_FORMULAS", "LaneMath", "lane_call", "lane_dtype", "stock_formula"]

@@ -279,7 +279,8 @@ def vector_form(
             lanes = exact and exact(t)
             if not lanes:
                 return scalar_rule(t)
-            return dataclasses.replace(lanes, without_lanes=scalar_rule(t))
+            scalar = scalar_rule(t)
+            return dataclasses.replace(lanes, emit=_scalar_on_constants(lanes.emit, scalar), without_lanes=scalar)
         fty = numba_type(dtype)
 
         def emit(context, builder, args, flags):
@@ -295,6 +296,24 @@ def vector_form(
         )
 
     return Rule(plan, f"{scalar_rule.kind} | vector formula")
+
+
+def _is_constant(v) -> bool:
+    """A constant, or a cast of one (a constant of another dtype, cast to the output's)."""
+    return isinstance(v, ir.Constant) or (isinstance(v, ir.CastInstr) and all(_is_constant(o) for o in v.operands))
+
+
+def _scalar_on_constants(emit, scalar):
+    """``emit``, but ``scalar``'s code where an operand is a constant: LLVM folds a libm
+    call on constants, or rewrites it (a strict ``pow(x, 2.0)`` is ``x * x``, ``pow(x, -1.0)``
+    is ``1 / x``), in stock's code as in the scalar rule's; an opaque lane call would keep it."""
+
+    def emit_unless_constant(context, builder, args, flags):
+        if any(_is_constant(a) for a in args):
+            return scalar(context, builder, args, flags)
+        return emit(context, builder, args, flags)
+
+    return emit_unless_constant
 
 
 class VectorMath:
