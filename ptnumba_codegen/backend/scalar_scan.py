@@ -74,12 +74,25 @@ def scan_problem(node) -> str | None:
             plan = plan_node(nd)
         except Unsupported as err:
             return f"inner node {nd.op}: {err}"
-        if plan.kind == "loop":
-            if plan.spec.ndim != 0 or plan.spec.reduces or any(f.kind != "as_is" for f in plan.finish):
-                return f"inner node {nd.op} is not a 0-d elementwise kernel"
-        elif plan.kind != "scalar":
-            return f"inner node {nd.op} is a {plan.kind} kernel"
+        check = INNER_PLANS.get(plan.kind)
+        why = f"is a {plan.kind} kernel" if check is None else check(plan)
+        if why is not None:
+            return f"inner node {nd.op} {why}"
     return None
+
+
+def _zero_d_loop(plan) -> str | None:
+    if plan.spec.ndim != 0 or plan.spec.reduces or any(f.kind != "as_is" for f in plan.finish):
+        return "is not a 0-d elementwise kernel"
+    return None
+
+
+# plan kind of an inner node -> why it cannot run in the scalar loop (None: it can);
+# kinds not listed cannot
+INNER_PLANS = {
+    "loop": _zero_d_loop,  # a loop over 0-d arrays, nothing reduced: its body on numbers
+    "scalar": lambda plan: None,  # already a function of numbers
+}
 
 
 def _np_dtype(dtype: str) -> str:
