@@ -52,15 +52,8 @@ def _compile(inputs, outputs, off: tuple[str, ...], threads: int | None = None):
     """The graph under policy default (``threads``: its [parallel] threads) with the
     exact-lane entries ``off`` turned off."""
     lanes = lane_count(target_isa(), "float64")
-    saved = {s: exact_lanes.status(s, lanes) for s in off if s in exact_lanes.EXACT_LANES}
-    try:
-        for s in saved:
-            exact_lanes._STATUS[(s, lanes)] = (False, "exact_lanes_bench: before")
-        with pytensor.config.change_flags(numba__cache=False):
-            return pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode(_policy(threads)))
-    finally:
-        for s, st in saved.items():
-            exact_lanes._STATUS[(s, lanes)] = st
+    with exact_lanes.turned_off(off, lanes, "exact_lanes_bench: before"), pytensor.config.change_flags(numba__cache=False):
+        return pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode(_policy(threads)))
 
 
 def _same(a, b):

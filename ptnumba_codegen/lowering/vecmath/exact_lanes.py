@@ -32,6 +32,7 @@ stay per-lane libm (`status` says why; ``explain`` prints it). ``PTNUMBA_CODEGEN
 from __future__ import annotations
 
 import ctypes
+from contextlib import contextmanager
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -568,6 +569,20 @@ def status(symbol: str, lanes: int) -> tuple[bool, str]:
         data = EXACT_LANES[symbol].data()
         _STATUS[key] = (False, data) if isinstance(data, str) else self_check(symbol, lanes, data)
     return _STATUS[key]
+
+
+@contextmanager
+def turned_off(symbols, lanes: int, why: str):
+    """Within the block, ``symbols``' exact lanes at ``lanes`` count as off (``why``): kernels
+    compiled there call libm per lane (for before/after measurements)."""
+    saved = {s: status(s, lanes) for s in symbols if s in EXACT_LANES}
+    try:
+        for s in saved:
+            _STATUS[(s, lanes)] = (False, why)
+        yield
+    finally:
+        for s, st in saved.items():
+            _STATUS[(s, lanes)] = st
 
 
 def report() -> list[str]:

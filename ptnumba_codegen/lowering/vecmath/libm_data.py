@@ -161,7 +161,7 @@ def _near(values, expected: dict) -> str | None:
     return None
 
 
-def _ln2_split(hi: float, lo: float) -> bool:
+def _ln2_hi_lo(hi: float, lo: float) -> bool:
     return abs(hi - LN2) < 1e-12 and 0 < abs(lo) < 1e-12 and abs(hi + lo - LN2) < 2e-16
 
 
@@ -199,7 +199,7 @@ def find_log_data(path: str) -> LogData | str:
         hits = np.nonzero(np.abs(f - LN2) < 1e-12)[0].tolist()
     for p in hits:
         end = p + LOG_HEADER_WORDS + 2 * LOG_N
-        if end > len(f) or not _ln2_split(float(f[p]), float(f[p + 1])):
+        if end > len(f) or not _ln2_hi_lo(float(f[p]), float(f[p + 1])):
             continue
         why = _near(f[p + 2 : p + 7], LOG_POLY) or _near(f[p + 7 : p + 18], LOG_POLY1)
         if why is not None:
@@ -275,7 +275,7 @@ def find_pow_data(path: str, exp: ExpData | str) -> PowData | str:
         hits = np.nonzero(np.abs(f - LN2) < 1e-12)[0].tolist()
     for p in hits:
         end = p + POW_HEADER_WORDS + 4 * LOG_N
-        if end > len(f) or not _ln2_split(float(f[p]), float(f[p + 1])):
+        if end > len(f) or not _ln2_hi_lo(float(f[p]), float(f[p + 1])):
             continue
         why = _near(f[p + 2 : p + POW_HEADER_WORDS], POW_POLY)
         if why is not None:
