@@ -63,6 +63,7 @@ def test_general_thresholds_stay_strict_the_seed():
         (lambda x: ps.eq(ps.log(x * 2.0), -np.inf), "Log", "Mul"),  # log == -inf <=> x == 0
         (lambda x: ps.eq(-ps.softplus(x * 2.0), -np.inf), "Softplus", "Mul"),
         (lambda x: ps.isnan(ps.tanh(x * 2.0)), "Tanh", "Mul"),
+        (lambda x: ps.eq(ps.log(x + 2.0), np.inf), "Log", "Add"),  # log == inf <=> x == inf
     ],
 )
 def test_special_value_rules(build, free, exact):
@@ -70,6 +71,22 @@ def test_special_value_rules(build, free, exact):
     table, _ = classes([x], [build(x)])
     assert table[free] != "comparison_sensitive"
     assert table[exact] == "comparison_sensitive"
+
+
+def test_a_product_by_minus_one_negates_exactly_and_others_stay_strict():
+    """PyMC's ``-1 * log(x) == -inf``: the product by -1 and the log leave the cone (log ==
+    inf asks x == inf); by -2 the product rounds, so it and the log stay strict."""
+    x = ps.float64("x")
+    table, _ = classes([x], [ps.eq(ps.mul(-1.0, ps.log(x + 2.0)), -np.inf)])
+    assert table["Mul"] != "comparison_sensitive" and table["Log"] == "transcendental"
+    assert table["Add"] == "comparison_sensitive"  # x + 2 == inf: exact
+    table, _ = classes([x], [ps.eq(ps.mul(ps.log(x + 2.0), -1.0), -np.inf)])
+    assert table["Log"] == "transcendental"  # either operand order
+    table, _ = classes([x], [ps.eq(ps.mul(-2.0, ps.log(x + 2.0)), -np.inf)])
+    assert table["Mul"] == "comparison_sensitive" and table["Log"] == "comparison_sensitive"
+    y = ps.float64("y")
+    table, _ = classes([x, y], [ps.eq(ps.mul(y, ps.log(x)), -np.inf)])
+    assert table["Log"] == "comparison_sensitive"  # a computed factor: no rule
 
 
 def test_rules_do_not_apply_under_flags_that_break_nan_semantics(tmp_path):
@@ -156,6 +173,8 @@ def decision_graph(dtype):
         "erfc>=0": pt.ge(pt.erfc(x), 0),
         "erfc<=2": pt.le(pt.erfc(x), 2),
         "log==-inf": pt.eq(pt.log(pt.abs(x)), -np.inf),
+        "log==inf": pt.eq(pt.log(pt.abs(x)), np.inf),
+        "-1*log==-inf": pt.eq(pt.mul(-1.0, pt.log(pt.abs(x))), -np.inf),
         "isnan(log)": pt.isnan(pt.log(x)),
         "isnan(exp)": pt.isnan(pt.exp(x)),
         "isnan(sigmoid)": pt.isnan(pt.sigmoid(x)),
@@ -176,7 +195,7 @@ def test_robust_decisions_equal_stock_strict_at_the_boundaries(dtype):
         bad = np.flatnonzero(np.asarray(g) != np.asarray(w))
         assert bad.size == 0, f"{name} {dtype}: differs at x = {vals[bad[:5]]}"
     # the decisions are not all constant: the boundaries are really crossed
-    for name in ("exp==0", "exp==inf", "log==-inf", "isnan(log)", "-softplus==-inf"):
+    for name in ("exp==0", "exp==inf", "log==-inf", "log==inf", "-1*log==-inf", "isnan(log)", "-softplus==-inf"):
         column = np.asarray(want[names.index(name)])
         assert column.any() and not column.all(), name
 

@@ -232,6 +232,7 @@ def analyze(
             for v, req in decision_seeds(program, instr):
                 needs.setdefault(v, set()).add(req)
     strict, robust = set(decisions), {}
+    constants = dict(program.constants)
     for k in reversed(range(len(program.instrs))):
         instr = program.instrs[k]
         wanted = set().union(*(needs.get(o, ()) for o in instr.outputs))
@@ -243,7 +244,7 @@ def analyze(
         if k not in decisions and len(instr.outputs) == 1 and (relaxable is None or relaxable(k)):
             per_input = [set() for _ in instr.inputs]
             for req in wanted:
-                translated = input_needs(instr.op, req, len(instr.inputs))
+                translated = input_needs(instr.op, req, len(instr.inputs), tuple(constants.get(v) for v in instr.inputs))
                 if translated is None:
                     per_input = None
                     break

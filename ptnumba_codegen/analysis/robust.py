@@ -136,6 +136,8 @@ def _log(pred, n_inputs):
         return [{cmp("lt", 0.0), NAN}]
     if pred[1] in ("eq", "ne") and pred[2] == -math.inf:
         return [{cmp("eq", 0.0), NAN}]
+    if pred[1] in ("eq", "ne") and pred[2] == math.inf:  # log of the largest finite is finite
+        return [{cmp("eq", math.inf)}]
     return None
 
 
@@ -159,6 +161,31 @@ RULES: dict[type, Callable] = {
     **{op_class: _range_rule(op_class) for op_class in RANGES},
     ps.Neg: _neg,
     ps.Log: _log,
+}
+
+
+def _minus_one_times(pred, operands):
+    """-1 * x op c  <=>  x swap(op) -c: multiplying by the constant -1 negates exactly (IEEE
+    rounding is symmetric; with ``nsz`` a zero's sign may change, which no comparison with a
+    constant sees). PyMC writes ``-1 * log(x)``; any other constant factor rounds."""
+    if len(operands) != 2 or sum(c is None for c in operands) != 1:
+        return None
+    k = 0 if operands[0] is not None else 1  # the constant's position
+    try:
+        if float(operands[k]) != -1.0:
+            return None
+    except (TypeError, ValueError):  # a complex or non-numeric constant
+        return None
+    needs = [set(), set()]
+    needs[1 - k] = _neg(pred, 1)[0]
+    return needs
+
+
+# producer op class -> rule(predicate, operands) -> [requirements per input] | None, where
+# ``operands`` holds each input's constant value (None: computed): rules that need to see
+# a constant factor
+CONSTANT_OPERAND_RULES: dict[type, Callable] = {
+    ps.Mul: _minus_one_times,
 }
 
 
@@ -198,9 +225,14 @@ def describe(req) -> str:
     return f"{_SYMBOLS[req[1]]} {req[2]:g}"
 
 
-def input_needs(op, pred, n_inputs: int) -> list[set] | None:
-    """What a predicate on ``op``'s output asks of its inputs, or None (op must be strict)."""
+def input_needs(op, pred, n_inputs: int, operands: tuple | None = None) -> list[set] | None:
+    """What a predicate on ``op``'s output asks of its inputs, or None (op must be strict).
+    ``operands``: each input's constant value, None where it is computed (for
+    `CONSTANT_OPERAND_RULES`; without it those rules do not apply)."""
     if pred == EXACT:
         return None
     rule = RULES.get(type(op))
-    return None if rule is None else rule(pred, n_inputs)
+    if rule is not None:
+        return rule(pred, n_inputs)
+    rule = CONSTANT_OPERAND_RULES.get(type(op))
+    return None if rule is None or operands is None else rule(pred, operands)
