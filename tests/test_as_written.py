@@ -15,6 +15,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import SymbolicOp
 from pytensor.compile.mode import Mode
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.raise_op import Assert
@@ -216,9 +217,10 @@ def test_condition_inputs_and_container_inputs_are_frozen_and_the_node_stays():
     fn = compile_fn([x, y, X], outs, "policy_as_written", cache_key="inputs")
     copies = [(n.op.kind, n.op.label) for n in frozen(fn)] + [(r[2], r[1]) for r in inlined(fn)]
     kinds = sorted((kind, label.split(" of ")[-1].split("{")[0]) for kind, label in copies)
-    assert kinds == [("decision", "Cast"), ("inputs", "LogSumExp")], kinds
-    # the cast's cone holds a Sum, and a copy of input values is never inlined
-    assert sorted(n.op.label.split("{")[0] for n in frozen(fn)) == ["Cast", "inputs [0] of LogSumExp"]
+    assert kinds == [("cone", "Sum"), ("decision", "Cast"), ("inputs", "LogSumExp")], kinds
+    # the cast's cone holds a Sum: the Sum gets a copy of its own, which the cast (on a
+    # native scalar: ScalarFromTensor, not inlined) reads; a copy of input values is never inlined
+    assert sorted(n.op.label.split("{")[0] for n in frozen(fn)) == ["Cast", "Sum", "inputs [0] of LogSumExp"]
     assert any(isinstance(n.op, Assert) for n in fn.maker.fgraph.toposort())
     vals = [np.linspace(0.5, 2, 6), np.linspace(1, 2, 6), np.linspace(-3, 3, 12).reshape(3, 4)]
     ref = compile_fn([x, y, X], outs, "unoptimized_strict", cache_key="inputs")(*vals)
@@ -314,12 +316,15 @@ def test_a_product_of_inputs_is_computed_once_as_written_for_cones_and_the_rest(
 
 def test_a_product_of_computed_values_stays_in_its_cones_copy():
     """X @ (b * c * d): the product's input is computed (a rewrite reassociates it), so the
-    product is not shared; it stays in the decision's opaque copy, exact."""
+    product is not shared with the rest; it gets an opaque copy of its own, with its cone
+    (the decision reads it and is inlined), exact."""
     X, b, c, d, z = pt.matrix("X"), pt.vector("b"), pt.vector("c"), pt.vector("d"), pt.vector("z")
     q = X @ (b * (c * d))
     outs = [pt.le(q, z), (q**2).sum(), q]
     fn = compile_fn([X, b, c, d, z], outs, "policy_as_written", cache_key="matmul_computed")
-    assert [n.op.kind for n in frozen(fn)] == ["decision"]
+    assert [(n.op.kind, n.op.label) for n in frozen(fn)] == [("cone", "Matmul in decisions' cones")]
+    assert [k for k in inner_ops(fn) if k != "DimShuffle"] == ["Elemwise", "Elemwise", "Blockwise"]  # X @ (b * (c * d))
+    assert "Le" in [r[1] for r in inlined(fn)]
     rng = np.random.default_rng(6)
     Xv = rng.uniform(0.5, 2.0, (50, 3))
     bv, cv, dv = (rng.uniform(0.5, 2.0, 3) for _ in range(3))
@@ -354,3 +359,84 @@ def test_decisions_reading_one_cone_share_one_copy():
     for r, e in zip(res, ref, strict=True):
         np.testing.assert_allclose(r, e, rtol=1e-12)
     np.testing.assert_array_equal(res[2], ref[2])
+
+
+def inner_ops(fn) -> list[str]:
+    """The op class names inside the opaque copies of a compiled function."""
+    return [type(n.op).__name__ for c in frozen(fn) for n in c.op.fgraph.toposort()]
+
+
+def test_an_op_kernels_cannot_hold_gets_one_copy_read_by_every_cone():
+    """PyMC's Categorical checks on ``p = softmax(X @ B + a)``: ``0 <= p``, ``p <= 1`` and
+    ``|sum(p) - 1| <= tol``. The Softmax and the Sum each get one copy (before: each check
+    recomputed the softmax in a copy of its own); the checks above them are inlined."""
+    X, B, a = pt.matrix("X"), pt.matrix("B"), pt.vector("a")
+    p = pt.special.softmax(X @ B + a, axis=1)
+    simplex = pt.le(pt.abs(p.sum(axis=1) - 1.0), 1e-5)
+    ok = pt.all(pt.ge(p, 0.0)) & pt.all(pt.le(p, 1.0)) & pt.all(simplex)
+    outs = [pt.switch(ok, pt.log(p[:, 0]).sum(), -np.inf), pt.le(p, 0.2), simplex]
+    fn = compile_fn([X, B, a], outs, "policy_as_written", cache_key="own_softmax")
+    assert inner_ops(fn).count("Softmax") == 1 and inner_ops(fn).count("Sum") == 1, inner_ops(fn)
+    assert [n.op.label for n in frozen(fn) if "cones" in n.op.label] == [
+        "Softmax{axis=(1,)} in decisions' cones",
+        "Sum{axis=1} in decisions' cones",
+    ]
+    assert {"Ge", "Le"} <= {r[1] for r in inlined(fn)}
+    rng = np.random.default_rng(8)
+    Xv, Bv = rng.normal(size=(40, 3)), rng.normal(size=(3, 5))
+    Xv[:15] = 0.0  # rows of equal logits: p == 0.2 exactly, ties for the second output
+    av = np.zeros(5)
+    ref = compile_fn([X, B, a], outs, "unoptimized_strict", cache_key="own_softmax")(Xv, Bv, av)
+    res = fn(Xv, Bv, av)
+    assert ref[1][:15].all()
+    for r, e in zip(res[1:], ref[1:], strict=True):
+        np.testing.assert_array_equal(r, e)
+    np.testing.assert_allclose(res[0], ref[0], rtol=1e-12)
+
+
+def test_the_rest_of_the_graph_reads_an_own_copy_that_computes_the_same():
+    """``s = sum(x * y, axis=1)`` feeds a decision and the rest: no rewrite changes it, so
+    the rest reads the copy (one sum, as written) instead of computing it again."""
+    x, y, b = pt.matrix("x"), pt.matrix("y"), pt.vector("b")
+    s = (x * y).sum(axis=1)
+    outs = [pt.le(s, b), s * 2.0]
+    fn = compile_fn([x, y, b], outs, "policy_as_written", cache_key="own_sum_read")
+    [copy] = frozen(fn)
+    assert [type(n.op).__name__ for n in copy.op.fgraph.toposort()] == ["Elemwise", "Sum"]
+    rest = [n for n in fn.maker.fgraph.toposort() if not isinstance(n.op, AsWritten)]
+    assert not any("reduce" in str(n.op) or "Sum" in str(n.op) for n in rest), rest
+    rng = np.random.default_rng(9)
+    xv, yv = rng.normal(size=(30, 7)), rng.normal(size=(30, 7))
+    ref_fn = compile_fn([x, y, b], outs, "unoptimized_strict", cache_key="own_sum_read")
+    bv = ref_fn(xv, yv, np.zeros(30))[1] / 2.0  # the sums as written: ties
+    ref, res = ref_fn(xv, yv, bv), fn(xv, yv, bv)
+    assert ref[0].all()
+    np.testing.assert_array_equal(res[0], ref[0])
+    assert_same_bits(res[1], ref[1])
+
+
+def test_symbolic_ops_in_copies_are_inlined_and_keep_the_references_bits():
+    """Softmax, LogSoftmax and LogSumExp in an opaque copy run their inner graphs' ops as
+    the reference does, fused and generated strictly: every decision equal to the
+    reference over scales, widths, both axes and special values."""
+    from ptnumba_codegen.as_written.lowering import lowering_graph
+
+    x = pt.matrix("x")
+    bad = []
+    for axis in (1, 0):
+        p, ls = pt.special.softmax(x * 1.5, axis=axis), pt.special.log_softmax(x * 1.5, axis=axis)
+        outs = [pt.le(p, 0.3), pt.ge(ls, -1.2), pt.le(p.sum(axis=axis), 1.0), pt.gt(pt.logsumexp(x * 1.5, axis=axis), 2.0)]
+        fn = compile_fn([x], outs, "policy_as_written", cache_key=f"symbolic_inlined{axis}")
+        graphs = [lowering_graph(c.op) for c in frozen(fn)]
+        assert graphs and not any(isinstance(n.op, SymbolicOp) for g in graphs for n in g.toposort())
+        ref = compile_fn([x], outs, "unoptimized_strict", cache_key=f"symbolic_inlined{axis}")
+        rng = np.random.default_rng(10)
+        for shape in [(200, 5), (7, 300), (3, 1)]:
+            for k in range(12):
+                xv = rng.normal(scale=[0.1, 1, 30, 400][k % 4], size=shape)
+                if k % 3 == 2:
+                    xv.flat[rng.integers(0, xv.size, 3)] = [np.inf, -np.inf, np.nan]
+                for i, (r, e) in enumerate(zip(fn(xv), ref(xv), strict=True)):
+                    if not np.array_equal(r, e):
+                        bad.append((axis, shape, k, i))
+    assert not bad, bad

@@ -12,9 +12,13 @@ before ``merge1`` and ``canonicalize``. For every deciding node (the tables of
    as written (`decisions.SHARED_OPS`: ``X @ beta`` of a parameter vector) is put alone
    into a one-op `AsWritten` copy (``kind="shared"``) that every reader reads, cones and
    the rest of the graph: computed once, as written; the cones end at it (`share_ops`);
+   And every op of some cone that kernels cannot hold (a Softmax, a Sum, a Cholesky: not
+   elementwise, not a max/min reduction) gets one copy of its own, with its cone, when the
+   walk below reaches it (`own_copy_nodes`, `Copies.own_copy`): every later copy reads it
+   instead of recomputing it, so the copies above it are elementwise and are inlined;
 1. take its float decision inputs and walk back through their producers to the leaves
    (graph inputs, shared variables, constants, random draws, earlier `AsWritten`
-   results);
+   results, the values earlier copies compute: `Copies.ends`);
 2. if some decision input is computed there (a non-empty cone), or the same variable is
    compared with itself (``eq(x, x)``, which a rewrite folds to ``True`` even for NaN),
    replace the node and that cone by one `AsWritten` node reading the leaves
@@ -36,7 +40,9 @@ a robust decision is frozen like any other. Copies holding other ops (sums, prod
 
 The original cone stays in the graph for whatever else reads it and is rewritten and fused
 as usual, so a value that feeds both a decision and other math is computed twice: once as
-written for the decision, once fast for the rest. A decision whose decision inputs are
+written for the decision, once fast for the rest -- unless, once the value-changing
+rewrites are done, the rest still computes an opaque copy's value by the same ops on the
+same inputs (no rewrite touched it): then it reads the copy (`rest_computes_the_same`). A decision whose decision inputs are
 all leaves (or reach them only through value moves and other such decisions) is left
 alone: nothing can change how its inputs are computed, and the policy compiles it
 strictly.
@@ -142,6 +148,7 @@ class InlineAsWritten(GraphRewriter):
                     record = inline(fgraph, node)
                     if record is not None:
                         inlined.append(record)
+        read_copies_in_the_rest(fgraph)
         if inlined:
             setattr(fgraph, INLINED_ATTR, inlined)
             log.info("policy %s: %d as-written cop(ies) inlined into the kernels", inlined[0][0], len(inlined))
@@ -159,11 +166,7 @@ def strict_cones(policy: Policy) -> bool:
 
 def inlinable(graph) -> bool:
     """Only elementwise ops, value moves and max/min reductions."""
-    return all(
-        isinstance(n.op, INLINABLE_OPS)
-        or (isinstance(n.op, CAReduce) and isinstance(n.op.scalar_op, INLINABLE_REDUCERS))
-        for n in graph.toposort()
-    )
+    return all(cone_op_inlinable(n) for n in graph.toposort())
 
 
 def inline(fgraph, node):
@@ -191,6 +194,54 @@ def inline(fgraph, node):
     fgraph.replace_all_validate(list(zip(node.outputs, outs, strict=True)), reason="as_written_inline")
     reads = tuple(v.name or str(v) for v in node.inputs)
     return (op.policy.name, op.label, op.kind, op.cone_size, guards, reads)
+
+
+def read_copies_in_the_rest(fgraph) -> None:
+    """Where the rest of the graph computes an opaque cone copy's value by the same ops
+    (`rest_computes_the_same`), it reads the copy instead."""
+    for node in fgraph.toposort():
+        if not (isinstance(node.op, AsWritten) and node.op.kind == "cone"):
+            continue
+        same = rest_computes_the_same(fgraph, node)
+        if same:
+            fgraph.replace_all_validate(list(zip(same, node.outputs, strict=True)), reason="as_written_read_copy")
+            log.info("as-written %s: the rest of the graph reads it (the same ops)", node.op.label)
+
+
+def rest_computes_the_same(fgraph, node) -> list | None:
+    """The variables by which the rest of the graph, after its rewrites, still computes the
+    outputs of the opaque copy ``node``: the same ops on the same inputs, node for node
+    (no rewrite changed them), else None. The rest can then read the copy instead: the
+    values are the copy's, as written, at the cost of the copy's strict flags for those ops."""
+    graph = node.op.fgraph
+    memo = dict(zip(graph.inputs, node.inputs, strict=True))
+    for inner in graph.toposort():
+        inputs = [memo.get(v, v) for v in inner.inputs]
+        match = _same_node(fgraph, inner.op, inputs)
+        if match is None:
+            return None
+        memo.update(zip(inner.outputs, match.outputs, strict=True))
+    outer = [memo[v] for v in graph.outputs]
+    return None if any(v in node.inputs for v in outer) else outer
+
+
+def _same_node(fgraph, op, inputs):
+    """A node of ``fgraph`` applying ``op`` to ``inputs`` (constants compared by value)."""
+    anchor = next((v for v in inputs if not isinstance(v, Constant)), None)
+    if anchor is None or anchor not in fgraph.clients:
+        return None
+    for client, _ in fgraph.clients[anchor]:
+        if client == "output" or not isinstance(client.inputs, list) or len(client.inputs) != len(inputs):
+            continue
+        if client.op == op and all(_same_input(a, b) for a, b in zip(client.inputs, inputs, strict=True)):
+            return client
+    return None
+
+
+def _same_input(a, b) -> bool:
+    if isinstance(a, Constant) and isinstance(b, Constant):
+        return a.type == b.type and a.equals(b)
+    return a is b
 
 
 def rebuild(graph, inputs) -> list:
@@ -232,9 +283,10 @@ def is_leaf(var) -> bool:
     return leaf_reason(var) is not None
 
 
-def cone_leaves(roots) -> tuple[list, set]:
+def cone_leaves(roots, ends=()) -> tuple[list, set]:
     """(the leaves under ``roots`` in a deterministic order (depth first, inputs in order),
-    every variable visited)."""
+    every variable visited). ``ends``: variables read as leaves too (values an earlier copy
+    computes, `Copies.ends`)."""
     leaves, seen = [], set()
     stack = list(reversed(roots))
     while stack:
@@ -244,7 +296,7 @@ def cone_leaves(roots) -> tuple[list, set]:
         seen.add(var)
         if isinstance(var, Constant):
             continue
-        if is_leaf(var):
+        if var in ends or is_leaf(var):
             leaves.append(var)
         else:
             stack.extend(reversed(var.owner.inputs))
@@ -257,18 +309,41 @@ def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> l
     which the kernels of opaque copies yield to like every other kernel of it."""
     fgraph.attach_feature(ReplaceValidate())
     frozen = share_ops(fgraph, policy, outer_pools)
-    cones = SharedCones(shared_roots(fgraph))
+    own = own_copy_nodes(fgraph)
+    copies = Copies(policy, outer_pools, shared_roots(fgraph))
     for node in fgraph.toposort():
         if node not in fgraph.apply_nodes:
             continue  # an earlier replacement pruned it
+        written = node
         if isinstance(node.op, INNER_GRAPH_OPS):
             node = _freeze_inner_graph(fgraph, node, policy, frozen, outer_pools)
-        before = len(cones.nodes)
-        new = freeze(fgraph, node, policy, outer_pools, cones)
-        frozen.extend(cones.nodes[before:])
+        before = len(copies.nodes)
+        new = freeze(fgraph, node, copies)
+        frozen.extend(copies.nodes[before:])
         if new is not None:
             frozen.append(new)
+        if written in own and node in fgraph.apply_nodes:
+            frozen.extend(copies.own_copy(node))
     return frozen
+
+
+def cone_op_inlinable(node) -> bool:
+    """An elementwise op, a value move or a max/min reduction (`inlinable`, one node)."""
+    return isinstance(node.op, INLINABLE_OPS) or (
+        isinstance(node.op, CAReduce) and isinstance(node.op.scalar_op, INLINABLE_REDUCERS)
+    )
+
+
+def own_copy_nodes(fgraph) -> set:
+    """The nodes of some decision's cone that cannot be inlined (a Softmax, a Sum, a
+    Cholesky, ...) and that do not decide themselves: each gets its own copy, computed once
+    for every copy whose cone reaches it (`Copies.own_copy`), so the copies above it hold
+    elementwise ops only and are inlined into the kernels."""
+    return {
+        node
+        for node in cone_nodes(fgraph)
+        if not cone_op_inlinable(node) and (decision_rule(node) or ("inputs",))[0] != "node"
+    }
 
 
 def cone_nodes(fgraph) -> set:
@@ -329,34 +404,73 @@ def shared_roots(fgraph) -> dict[tuple, list[str]]:
     return {roots: labels for roots, labels in readers.items() if len(labels) > 1}
 
 
-class SharedCones:
-    """One as-written copy per cone that several decisions read (`shared_roots`): each of
-    them is frozen alone, reading the copy's values, instead of each holding a copy."""
+class Copies:
+    """What the copies of one graph share: the policy and pools they are made with, one copy
+    per cone that several decisions read (`shared_roots`: each of them is frozen alone,
+    reading the copy's values, instead of each holding a copy), and ``ends``: every value
+    an earlier copy computes (a shared cone, an op's own copy), which later cones read
+    instead of recomputing it."""
 
-    def __init__(self, shared: dict[tuple, list[str]]):
+    def __init__(self, policy: Policy, outer_pools: tuple[str, ...], shared: dict[tuple, list[str]]):
+        self.policy = policy
+        self.outer_pools = outer_pools
         self.shared = shared
-        self.outputs: dict[tuple, list] = {}  # roots -> the copy's outputs
-        self.nodes: list = []  # the copies, in the order they were made
+        self.outputs: dict[tuple, list] = {}  # roots -> the shared cone copy's outputs
+        self.ends: dict = {}  # a variable of the graph -> the copy output computing it
+        self.nodes: list = []  # the copies made here, in the order they were made
 
-    def values(self, roots: tuple, policy: Policy, outer_pools) -> list | None:
-        """The copy's outputs for ``roots`` (made on first use), or None if not shared."""
+    def leaves(self, roots) -> tuple[list, set]:
+        """`cone_leaves` of ``roots``, ending at the values earlier copies compute."""
+        return cone_leaves(roots, self.ends)
+
+    def read(self, leaves) -> list:
+        """The variables a copy with these leaves reads: earlier copies' outputs where they
+        compute a leaf."""
+        return [self.ends.get(v, v) for v in leaves]
+
+    def make(self, leaves, outputs, label: str, kind: str):
+        """A new `AsWritten` node computing ``outputs`` from ``leaves`` (not yet in the graph)."""
+        op = AsWritten(
+            FrozenFunctionGraph.from_io(leaves, outputs), self.policy, label=label, kind=kind, outer_pools=self.outer_pools
+        )
+        return op.make_node(*self.read(leaves))
+
+    def values(self, roots: tuple) -> list | None:
+        """The shared cone copy's outputs for ``roots`` (made on first use), or None if not shared."""
         if roots not in self.shared:
             return None
+        if all(v in self.ends for v in roots):  # an earlier copy computes them all
+            return [self.ends[v] for v in roots]
         if roots not in self.outputs:
-            leaves, _ = cone_leaves(list(roots))
-            label = f"cone of {', '.join(self.shared[roots])}"
-            op = AsWritten(
-                FrozenFunctionGraph.from_io(leaves, list(roots)), policy, label=label, kind="cone", outer_pools=outer_pools
-            )
-            new = op.make_node(*leaves)
+            leaves, _ = self.leaves(list(roots))
+            new = self.make(leaves, list(roots), f"cone of {', '.join(self.shared[roots])}", "cone")
             for k, (old, out) in enumerate(zip(roots, new.outputs, strict=True)):
                 out.name = old.name or f"cone{len(self.nodes)}.{k}"
             self.outputs[roots] = new.outputs
+            self.ends.update(zip(roots, new.outputs, strict=True))
             self.nodes.append(new)
         return self.outputs[roots]
 
+    def own_copy(self, node) -> list:
+        """A copy of ``node`` with its cone (`own_copy_nodes`), read by later copies in its
+        place (a list of the one new node). The node stays for the rest of the graph, which
+        rewrites it as usual."""
+        outputs = [v for v in node.outputs if v not in self.ends]
+        if not outputs:
+            return []
+        leaves, _ = self.leaves(list(node.inputs))
+        for var in node.inputs:  # inputs that are not floats (indices, shapes) are read too
+            if var not in leaves and not isinstance(var, Constant) and is_leaf(var):
+                leaves.append(var)
+        new = self.make(leaves, outputs, f"{node.op} in decisions' cones", "cone")
+        for k, (old, out) in enumerate(zip(outputs, new.outputs, strict=True)):
+            out.name = old.name or f"own{len(self.nodes)}.{k}"
+        self.ends.update(zip(outputs, new.outputs, strict=True))
+        self.nodes.append(new)
+        return [new]
 
-def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = (), cones: SharedCones | None = None):
+
+def freeze(fgraph, node, copies: Copies):
     """Freeze ``node``'s decision (or its decision inputs) if it needs it; the new node or None."""
     rule = decision_rule(node)
     if rule is None:
@@ -369,23 +483,27 @@ def freeze(fgraph, node, policy: Policy, outer_pools: tuple[str, ...] = (), cone
         return None
     if kind == "node":
         keys = computed_roots(node)
-        shared = None if cones is None else cones.values(keys, policy, outer_pools)
+        shared = copies.values(keys)
         if shared is not None:
-            return _freeze_on_shared_cone(fgraph, node, dict(zip(keys, shared)), policy, outer_pools)
-        return _freeze_node(fgraph, node, roots, policy, outer_pools)
-    return _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools)
+            return _freeze_on_shared_cone(fgraph, node, dict(zip(keys, shared)), copies)
+        return _freeze_node(fgraph, node, roots, copies)
+    return _freeze_inputs(fgraph, node, positions, computed, copies)
 
 
-def _freeze_on_shared_cone(fgraph, node, values: dict, policy, outer_pools):
+def _freeze_on_shared_cone(fgraph, node, values: dict, copies: Copies):
     """Freeze ``node`` alone, reading the shared copy's ``values`` for its computed inputs
     (frozen still: a rewrite could fold or reorder the decision itself)."""
     inputs = [values.get(v, v) for v in node.inputs]
     leaves = list(dict.fromkeys(v for v in inputs if not isinstance(v, Constant)))
     inner = node.op.make_node(*inputs)
     copy = AsWritten(
-        FrozenFunctionGraph.from_io(leaves, inner.outputs), policy, label=str(node.op), kind="decision", outer_pools=outer_pools
+        FrozenFunctionGraph.from_io(leaves, inner.outputs),
+        copies.policy,
+        label=str(node.op),
+        kind="decision",
+        outer_pools=copies.outer_pools,
     )
-    return _replace_by_copy(fgraph, node.outputs, copy, leaves)
+    return _replace_by_copy(fgraph, node.outputs, copy, copies.read(leaves))
 
 
 def _freeze_inner_graph(fgraph, node, policy, frozen: list, outer_pools):
@@ -402,25 +520,33 @@ def _freeze_inner_graph(fgraph, node, policy, frozen: list, outer_pools):
     return new
 
 
-def _freeze_node(fgraph, node, roots, policy, outer_pools):
-    leaves, cone = cone_leaves(roots)
+def _freeze_node(fgraph, node, roots, copies: Copies):
+    leaves, cone = copies.leaves(roots)
     for var in node.inputs:  # the node's other inputs are read as they are (unless in the cone)
         if var not in cone and not isinstance(var, Constant):
             cone.add(var)
             leaves.append(var)
     copy = AsWritten(
-        FrozenFunctionGraph.from_io(leaves, node.outputs), policy, label=str(node.op), kind="decision", outer_pools=outer_pools
+        FrozenFunctionGraph.from_io(leaves, node.outputs),
+        copies.policy,
+        label=str(node.op),
+        kind="decision",
+        outer_pools=copies.outer_pools,
     )
-    return _replace_by_copy(fgraph, node.outputs, copy, leaves)
+    return _replace_by_copy(fgraph, node.outputs, copy, copies.read(leaves))
 
 
-def _freeze_inputs(fgraph, node, positions, computed, policy, outer_pools):
+def _freeze_inputs(fgraph, node, positions, computed, copies: Copies):
     values = list(dict.fromkeys(computed))
-    leaves, _ = cone_leaves(values)
-    label = f"inputs {[p for p in positions if node.inputs[p] in values]} of {node.op}"
-    op = AsWritten(FrozenFunctionGraph.from_io(leaves, values), policy, label=label, kind="inputs", outer_pools=outer_pools)
-    new = op.make_node(*leaves)
+    new = None
+    if all(v in copies.ends for v in values):  # earlier copies compute them: read those
+        outputs = [copies.ends[v] for v in values]
+    else:
+        leaves, _ = copies.leaves(values)
+        label = f"inputs {[p for p in positions if node.inputs[p] in values]} of {node.op}"
+        new = copies.make(leaves, values, label, "inputs")
+        outputs = new.outputs
     for p in positions:
         if node.inputs[p] in values:
-            fgraph.change_node_input(node, p, new.outputs[values.index(node.inputs[p])], reason=REASON)
+            fgraph.change_node_input(node, p, outputs[values.index(node.inputs[p])], reason=REASON)
     return new

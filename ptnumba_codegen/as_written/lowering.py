@@ -4,10 +4,11 @@ The reference is ``Mode(linker="numba", optimizer=None)`` under ``numba__fastmat
 each op on its own, libm, no fast-math flags. The inner graph gets exactly the rewrites
 that reference runs (the numba linker's required ``minimum_compile`` and ``numba``
 rewrites: indexed-read and reduction fusion into loops, scalarization, inner-graph
-baking), plus the value-preserving ones in `INNER_REWRITES`; then its elementwise kernels
-go to the generator under the ``strict`` policy (per op bit-identical to the stock strict
-kernels, see tests/test_codegen.py) and every other node to the stock numba
-implementation under ``numba__fastmath=False``.
+baking), plus the value-preserving ones in `INNER_REWRITES`; then its kernels
+(`GENERATED_KINDS`: elementwise loops and reductions, fused or not) go to the generator
+under the ``strict`` policy (per op bit-identical to the stock strict kernels, see
+tests/test_codegen.py; reductions in stock's order, tests/test_reduction_order.py) and
+every other node to the stock numba implementation under ``numba__fastmath=False``.
 
 Plus the overflow guards of `ptnumba_codegen.as_written.guards` (the stabilized form of a
 decision input only where its as-written value is not finite).
@@ -26,13 +27,16 @@ from pytensor import config
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
 from pytensor.compile.mode import Mode
-from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter
+from pytensor.compile.builders import SymbolicOp
+from pytensor.compile.rewriting import inline_ofg_node
+from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter, node_rewriter
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     register_funcify_and_cache_key,
 )
 from pytensor.scalar.basic import ScalarOp
-from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
@@ -43,9 +47,10 @@ from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
 
-# The node types of an inner graph the generator compiles (elementwise only: a reduction's
-# accumulation order is left to the stock kernel, which the reference runs).
-GENERATED_KINDS = (Elemwise, ScalarizedElemwise, ScalarOp)
+# The node types of an inner graph the generator compiles: elementwise kernels, and
+# reductions (under ``strict`` they accumulate in the stock kernel's order, with its
+# bits: tests/test_reduction_order.py), so their libm calls get exact lanes too.
+GENERATED_KINDS = (Elemwise, ScalarizedElemwise, ScalarOp, FusedElemwise, CAReduce)
 
 # rewrite -> why it keeps every value bit for bit (besides the reference's own rewrites)
 INNER_REWRITES = {
@@ -54,6 +59,10 @@ INNER_REWRITES = {
     "of constants; no arithmetic is evaluated",
     "composite_elemwise_fusion": "fuses chains of Elemwise nodes into one Composite loop; "
     "each scalar op keeps its inputs, dtype and place, only intermediate arrays disappear",
+    "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ...: the reference runs such an "
+    "op's inner graph op by op as a function of its own (after the reference's own rewrites, "
+    "which the copy gets too); inlined, the same ops compute the same values, and the "
+    "elementwise ones reach the generator (strict, exact lanes) instead of scalar libm loops",
 }
 MERGE_POSITION = 0
 FUSION_POSITION = 49  # where fast_run fuses: after the reference's early rewrites
@@ -63,6 +72,12 @@ def inner_policy(policy: Policy) -> Policy:
     """``strict`` everywhere, with the outer policy's threads setting."""
     strict = load_policy("strict")
     return dataclasses.replace(strict, name=f"strict (as written, {policy.name})", parallel=policy.parallel)
+
+
+@node_rewriter([SymbolicOp])
+def inline_symbolic_ops(fgraph, node):
+    """A symbolic op (`INNER_REWRITES`) replaced by its inner graph."""
+    return inline_ofg_node(node)
 
 
 @cache
@@ -76,6 +91,7 @@ def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
         .register(
             (MergeOptimizer(), MERGE_POSITION),
             (dfs_rewriter(fold_exact_constants), MERGE_POSITION + 0.01),
+            (dfs_rewriter(inline_symbolic_ops), MERGE_POSITION + 0.02),
             (FusionOptimizer(), FUSION_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
         )

@@ -10,7 +10,8 @@ n = 1e5 a 4 MB memset, 1e5 scattered writes and a 4 MB reduction per call.
 `fold_constant_writes` computes such writes with the ops' own ``perform``, then the
 consumers the folded value leaves with constant inputs only, when `FOLD_CONSUMER` has a
 rule for them that gives the compiled kernel's bits. `FOLD_WHEN` says when a write is
-folded. Every rule has its reason: a fold must never change a bit, because a folded value
+folded. An op that PyTensor's in-place rewrites let write into the buffer in place gets a
+fresh copy of the constant instead (one memcpy per call, no memset and no scattered writes). Every rule has its reason: a fold must never change a bit, because a folded value
 may feed a decision.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from pytensor.graph.basic import Constant, Variable
 from pytensor.scalar import Add, Maximum, Minimum
-from pytensor.tensor.basic import Alloc
+from pytensor.tensor.basic import Alloc, tensor_copy
 from pytensor.tensor.elemwise import CAReduce, DimShuffle
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, IncSubtensor
 from pytensor.tensor.type import TensorType
@@ -133,19 +134,28 @@ def _foldable_consumer(client, limit) -> bool:
     return _small_enough(client.outputs[0], limit) and rule[0](client, [i.data for i in client.inputs])
 
 
-def _destroyed(fgraph, var: Variable) -> bool:
-    """Whether a client writes into ``var``, or into a view of it, in place (a constant
-    cannot be destroyed: the pass runs after PyTensor's in-place rewrites, which chose that
-    buffer -- PyTensor's conformance run caught a scan gradient whose write fed one)."""
+def _destroyers(fgraph, var: Variable) -> list | None:
+    """The clients writing into ``var`` in place, as (node, input index); None if one writes
+    into a view of it (a constant cannot be destroyed: the pass runs after PyTensor's
+    in-place rewrites, which chose that buffer -- PyTensor's conformance run caught a scan
+    gradient whose write fed one)."""
+    found = []
     for client, index in fgraph.clients.get(var, ()):
         if client == "output":
             continue
         if any(index in inputs for inputs in getattr(client.op, "destroy_map", {}).values()):
-            return True
+            found.append((client, index))
         for out, inputs in getattr(client.op, "view_map", {}).items():
-            if index in inputs and _destroyed(fgraph, client.outputs[out]):
-                return True
-    return False
+            if index in inputs and _destroyers(fgraph, client.outputs[out]) != []:
+                return None
+    return found
+
+
+def _give_copies(fgraph, destroyers, const: Constant, reason: str) -> None:
+    """Each client that wrote into the folded buffer in place gets a fresh copy of the
+    constant to write into (a copy per call, instead of the memset and the scattered writes)."""
+    for client, index in destroyers:
+        fgraph.change_node_input(client, index, tensor_copy(const), reason=reason)
 
 
 def fold_constant_writes(fgraph, reason: str) -> int:
@@ -159,11 +169,13 @@ def fold_constant_writes(fgraph, reason: str) -> int:
         if node not in fgraph.apply_nodes or len(node.outputs) != 1:
             continue
         out = node.outputs[0]
-        if _destroyed(fgraph, out):
+        destroyers = _destroyers(fgraph, out)
+        if destroyers is None:
             continue
         const = _constant_like(out, _value(out))
         if not out.type.is_super(const.type):
             continue
+        _give_copies(fgraph, destroyers, const, reason)
         fgraph.replace(out, const, reason=reason)
         folded += 1
         pending += [client for client, _ in fgraph.clients.get(const, ()) if _foldable_consumer(client, limit)]
