@@ -440,3 +440,17 @@ def test_symbolic_ops_in_copies_are_inlined_and_keep_the_references_bits():
                     if not np.array_equal(r, e):
                         bad.append((axis, shape, k, i))
     assert not bad, bad
+
+
+@pytest.mark.parametrize("key", ["grad_clip", "sigmoid_mul", "normal_logp_sum", "logsumexp", "softmax", "grad_minimum"])
+def test_as_written_compiles_defaults_graph_where_no_rewrite_touched_a_cone(key):
+    """The benchmark's elementwise workloads: where no rewrite changed a decision's cone,
+    the inlined copy merges with the rest and ``as_written`` compiles ``default``'s graph,
+    kernel for kernel; in the seed's ``x * y * z`` (``grad_minimum``) the rewrite made
+    ``mul(x, y, z)``, and the kernel holds the product as written instead."""
+    from ptnumba_codegen.tools import workloads
+
+    ops = {b: [str(n.op) for n in workloads.compile_workload(key, b).maker.fgraph.toposort()] for b in ("policy_default", "policy_as_written")}
+    assert len(ops["policy_default"]) == len(ops["policy_as_written"])
+    assert not any("AsWritten" in op for op in ops["policy_as_written"])
+    assert (ops["policy_default"] == ops["policy_as_written"]) == (key != "grad_minimum"), ops
