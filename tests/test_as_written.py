@@ -454,3 +454,26 @@ def test_as_written_compiles_defaults_graph_where_no_rewrite_touched_a_cone(key)
     assert len(ops["policy_default"]) == len(ops["policy_as_written"])
     assert not any("AsWritten" in op for op in ops["policy_as_written"])
     assert (ops["policy_default"] == ops["policy_as_written"]) == (key != "grad_minimum"), ops
+
+
+def test_a_cone_read_by_a_later_cone_is_inlined_too():
+    """The gamma GLM's ``alpha = exp(a)`` has one shared cone for its two checks; the later
+    shared cone of the ``beta = alpha / mu`` checks reads it (`Copies.ends`). The later one
+    is put back first, then the earlier one: no cone stays opaque."""
+    from pytensor.graph.fg import FunctionGraph
+
+    from ptnumba_codegen.as_written.freeze import Copies, InlineAsWritten, freeze, shared_roots
+
+    a, x = pt.scalar("a"), pt.vector("x")
+    alpha = pt.exp(a)
+    beta = alpha / pt.exp(x)
+    outs = [pt.gt(alpha, 0.0), pt.ge(alpha, 1e-300), pt.ge(beta, 0.0), pt.le(beta, 1e300)]
+    fg = FunctionGraph([a, x], outs, clone=False)
+    copies = Copies(ptnumba_codegen.load_policy("as_written"), (), shared_roots(fg))
+    for node in [o.owner for o in outs]:  # alpha's decisions first, as in the gamma GLM
+        freeze(fg, node, copies)
+    first, second = copies.nodes
+    assert first.outputs[0] in second.inputs  # beta's cone reads alpha's copy
+    InlineAsWritten().apply(fg)
+    assert not [n for n in fg.apply_nodes if isinstance(n.op, AsWritten)]
+    assert sorted(r[2] for r in getattr(fg, INLINED_ATTR)).count("cone") == 2

@@ -142,8 +142,9 @@ class InlineAsWritten(GraphRewriter):
         inlined = getattr(fgraph, INLINED_ATTR, [])
         # decisions first: a shared cone is put back only once every decision reading it
         # is (read by an opaque copy, the sensitivity analysis would not see it decide)
+        # cones readers first (a cone may read an earlier one: `Copies.ends`)
         for kind in ("decision", "cone"):
-            for node in fgraph.toposort():
+            for node in reversed(fgraph.toposort()):
                 if isinstance(node.op, AsWritten) and node.op.kind == kind and strict_cones(node.op.policy):
                     record = inline(fgraph, node)
                     if record is not None:
