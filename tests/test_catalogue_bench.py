@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from ptnumba_codegen._version import GENERATOR_DIGEST
 from ptnumba_codegen.tools import bench
 from ptnumba_codegen.tools import catalogue_bench as cb
 from ptnumba_codegen.tools import models as pymc_models
@@ -267,6 +268,36 @@ def test_run_phases_rounds_and_reference(tmp_path):
     assert res.status("original", "large", "jax").startswith("DISAGREES (normwise")
     assert res.agreement("original", "large", "jax")[0] == pytest.approx(1e-6)
     assert res.status("original", "pfail", "policy_default") == "error: NotImplementedError: no rule"
+
+
+def test_warm_compile_on_an_edited_source_is_not_a_warm_compile(tmp_path):
+    """A warm process that runs another generator source than its cold one (the tree was
+    edited in between: every cache key changed) compiled everything again; its compile
+    time is not the warm compile (issue 20: 39 s against stock's 4.7 s)."""
+    inner = _fake_runner([])
+
+    def run_one(spec):
+        rec = inner(spec)
+        edited = spec["backend"] == "policy_default" and spec["phase"] == "warm" and spec["round"] == 1
+        rec["generator"] = "after-edit" if edited else "digest"
+        if edited:
+            rec["compile_s"] = 39.0
+        return rec
+
+    res = cb.run(_opts(tmp_path, models=["small"]), run_one=run_one)
+    cell = res.cell("original", "small", "policy_default")
+    assert [r["compile_s"] for r in cell.stale_warm] == [39.0]
+    assert cell.warm_s == 1.0  # round 2's warm process, on the cold one's source
+    assert res.cell("original", "small", "stock_fast").stale_warm == []
+    assert "# warm processes on an edited generator source (not counted as warm compiles): small/pd" in cb.summary(res, "original")
+    [pd] = [c for c in cb.to_json(res, _opts(tmp_path))["cells"] if c["backend"] == "policy_default"]
+    assert (pd["warm_compile_s"], pd["stale_warm_processes"]) == (1.0, 1)
+
+
+@needs_pymc
+def test_worker_records_its_generator_source(worked):
+    records = [worked[k] for k in ("stock", "policy", "c", "broken")]
+    assert [rec["generator"] for rec in records] == [GENERATOR_DIGEST] * 4
 
 
 def test_status_only_runs_one_cold_process(tmp_path):
