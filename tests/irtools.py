@@ -58,3 +58,56 @@ def backward_cone(table: dict[str, Instr], roots) -> set[str]:
 
 def fp_instrs(table):
     return [i for i in table.values() if i.opcode in FP_OPS]
+
+
+_LABEL = re.compile(r"^([-\w.$]+):")
+_SUCC = re.compile(r"label %([-\w.$]+)")
+
+
+@dataclass
+class Block:
+    label: str
+    text: str  # the block's instructions, one a line
+    successors: list[str]
+
+
+def blocks(function_text: str) -> dict[str, Block]:
+    """The basic blocks of one function definition (``define ... { ... }``), by label, in
+    order (the first is the entry block; an unlabelled entry is called ``entry``)."""
+    out, label, lines = {}, None, []
+
+    def close():
+        if label is not None:
+            text = "\n".join(lines)
+            out[label] = Block(label, text, _SUCC.findall(text))
+
+    for line in function_text.splitlines()[1:]:
+        m = _LABEL.match(line)
+        if m:
+            close()
+            label, lines = m.group(1), []
+        elif line.strip() and line.strip() != "}":
+            if label is None:
+                label = "entry"
+            lines.append(line.strip())
+    close()
+    return out
+
+
+def reachable(cfg: dict[str, Block], start: str, avoid=lambda block: False, skip_edge=None) -> set[str]:
+    """The labels reachable from ``start`` without entering a block ``avoid`` accepts or
+    following the edge ``skip_edge`` (a (from, to) pair)."""
+    seen, todo = set(), [start]
+    while todo:
+        label = todo.pop()
+        if label in seen or label not in cfg or avoid(cfg[label]):
+            continue
+        seen.add(label)
+        todo.extend(s for s in cfg[label].successors if (label, s) != skip_edge)
+    return seen
+
+
+def functions(ir_text: str) -> list[str]:
+    """The text of every function definition in ``ir_text``."""
+    parts = re.split(r"\n(?=define )", "\n" + ir_text)
+    return [part.split("\n}", 1)[0] + "\n}" for part in parts if part.startswith("define ")]

@@ -4,9 +4,12 @@ Memory-bound kernels (``maximum(x, y) * z``, ``x * y + z``) are limited by what 
 can stream; a second core roughly doubles that. The loop nest is emitted once, in a
 *chunk function* ``chunk(state, lo, hi)`` that runs the nest with the chunk axis
 (``loop.chunk_axis``) restricted to ``[lo, hi)``. The kernel asks the process-wide helper
-(``runtime.threads.TRY_CHUNKS``) to run the chunks on numba's threads; when it declines (small
-loop, one thread, gate closed, another split running) or a chunk raised, the kernel calls
-the chunk on its own thread.
+(``runtime.threads.TRY_CHUNKS``) to run the chunks on numba's threads; when it declines (one
+thread, gate closed, another split running) or a chunk raised, the kernel calls the chunk
+on its own thread. A loop below the helper's element threshold (known to the kernel: the
+threshold is a constant of its body) calls the chunk at once without asking: the helper
+would decline without a side effect, and a small kernel called every step of a Scan
+saves the call.
 
 Results never depend on the chunks: only loops whose chunk axis is not reduced are
 split, or full reductions in shape-fixed blocks (``loop.chunk_axis``), so every element and
@@ -33,6 +36,7 @@ from ptnumba_codegen.flags import TRANSCENDENTAL
 from ptnumba_codegen.lowering.loop import combine, chunk_axis, static_lengths
 from ptnumba_codegen.runtime.threads import (
     MEASURE_ONE_THREAD,
+    MIN_CHUNK_AXIS,
     RECORD,
     RECORD_TYPE,
     CHUNKS_DONE,
@@ -155,9 +159,13 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         chunks.run_on_this_thread(builder, chunk, state_p, n0)
         chunks.combine_partials(builder, outputs, parts, nblocks)
         return
-    outcome, stats_p = chunks.try_on_threads(builder, chunk, state, state_p, n0, total, rows, chunking)
-    with builder.if_then(builder.icmp_signed("!=", outcome, I32(CHUNKS_DONE))):  # declined, or a chunk raised
-        chunks.run_timed_if_asked(builder, outcome, stats_p, total, chunk, state_p, n0)
+    with builder.if_else(chunks.below_threshold(builder, n0, total, chunking), likely=True) as (small, large):
+        with small:  # the helper would decline without a side effect: not asked
+            chunks.run_on_this_thread(builder, chunk, state_p, n0)
+        with large:
+            outcome, stats_p = chunks.try_on_threads(builder, chunk, state, state_p, n0, total, rows, chunking)
+            with builder.if_then(builder.icmp_signed("!=", outcome, I32(CHUNKS_DONE))):  # declined, or a chunk raised
+                chunks.run_timed_if_asked(builder, outcome, stats_p, total, chunk, state_p, n0)
     chunks.combine_partials(builder, outputs, parts, nblocks)
 
 
@@ -285,6 +293,17 @@ class Chunks:
                 part = builder.load(builder.gep(parts[i], [I32(0), index]))
                 # every float max/min accumulator in a register has its zero key (keyed)
                 builder.store(combine(builder, red.op, ty, builder.load(outputs[i]), part, keyed=True), outputs[i])
+
+    def below_threshold(self, builder, n0, total, chunking: Chunking):
+        """The helper's first test, negated: fewer than ``min_elements`` elements (the same
+        constant the call passes) or a chunk axis shorter than 2. The helper then returns
+        NOT_CHUNKED before it reads or writes the gate, the kernel's statistics or its
+        state, so running the chunk here without asking it (nor reading the cycle counter)
+        is the same run: the same chunk on ``[0, n0)``, the same bits, the same decisions
+        for later calls. A Scan step's small kernels save the call."""
+        intp = self.intp
+        few = builder.icmp_signed("<", total, intp(chunking.min_elements))
+        return builder.or_(few, builder.icmp_signed("<", n0, intp(MIN_CHUNK_AXIS)))
 
     def try_on_threads(self, builder, chunk, state, state_p, n0, total, rows, chunking: Chunking):
         """The call asking the process-wide helper to run the chunks on numba's threads:

@@ -5,9 +5,10 @@ compiled helper every kernel calls.
 clen_slot, err_slot, stats)`` decides at call time whether a loop runs split and, if so,
 runs it:
 
-- no (returns 0): fewer than ``min_elements`` elements, a split axis or block count below
-  2, one thread (``numba.get_num_threads()``, capped by ``cap`` when > 0), the gate
-  closed, or another split loop running in this process (a try-lock, so numba's workqueue
+- no (returns 0): fewer than ``min_elements`` elements or a split axis below 2 (tested
+  first: nothing but the ``chunk_requests`` count is touched before; kernels test it
+  themselves and do not call the helper then), a block count below 2, one thread
+  (``numba.get_num_threads()``, capped by ``cap`` when > 0), the gate closed, or another split loop running in this process (a try-lock, so numba's workqueue
   layer, which is not thread-safe, never sees two launches);
 - not now (returns 3): the loop could split, but the kernel's own measurements say one
   thread is faster here (see below); the kernel runs the chunk, times it and reports
@@ -59,7 +60,10 @@ EXPLORE_EVERY = 256
 EMA_WEIGHT = 0.25
 # TRY_CHUNKS outcomes
 NOT_CHUNKED, CHUNKS_DONE, CHUNK_RAISED, MEASURE_ONE_THREAD = 0, 1, 2, 3
-_GATE = (ctypes.c_int32 * 4)(1, 0, 0, 0)  # [enabled, busy, split launches so far, BLAS lock]
+# A chunk axis shorter than this never splits (and a loop below its threshold never asks).
+MIN_CHUNK_AXIS = 2
+# [enabled, busy, split launches so far, BLAS lock, requests so far (calls of TRY_CHUNKS)]
+_GATE = (ctypes.c_int32 * 5)(1, 0, 0, 0, 0)
 llvm.add_symbol(GATE_SYMBOL, ctypes.addressof(_GATE))
 
 I8P = ir.IntType(8).as_pointer()
@@ -87,6 +91,12 @@ def parallel_enabled() -> bool:
 def chunk_launches() -> int:
     """How many loops this process has run split so far (for tests and diagnostics)."""
     return _GATE[2]
+
+
+def chunk_requests() -> int:
+    """How many times kernels of this process have asked the helper whether to split (a
+    loop below its kernel's threshold does not ask; for tests and diagnostics)."""
+    return _GATE[4]
 
 
 def _close_gate_in_child():
@@ -351,7 +361,7 @@ def _build_runtime(with_blas: bool):
 
     library = cpu_target.target_context.codegen().create_library("ptnumba_codegen_split_runtime")
     mod = library.create_ir_module("ptnumba_codegen_split_runtime")
-    gate = ir.GlobalVariable(mod, ir.ArrayType(I32, 4), GATE_SYMBOL)
+    gate = ir.GlobalVariable(mod, ir.ArrayType(I32, len(_GATE)), GATE_SYMBOL)
     get_num_threads = ir.Function(mod, ir.FunctionType(I64, []), "get_num_threads")
     parallel_for = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8P] * 5 + [I64] * 3), "numba_parallel_for")
     tramp = _build_chunk_trampoline(mod)
@@ -422,7 +432,9 @@ def _build_try_chunks(mod, gate, get_num_threads, parallel_for, tramp):
         b.cbranch(cond, yes, otherwise)
         b.position_at_end(yes)
 
-    require(b.and_(b.icmp_signed(">=", total, min_elements), b.icmp_signed(">=", n0, I64(2))))
+    b.atomic_rmw("add", b.gep(gate, [I32(0), I32(4)]), I32(1), "monotonic")  # chunk_requests()
+    # kernels test this first themselves (lowering.chunks: below_threshold) and do not ask
+    require(b.and_(b.icmp_signed(">=", total, min_elements), b.icmp_signed(">=", n0, I64(MIN_CHUNK_AXIS))))
     nthreads = b.call(get_num_threads, [])
     nthreads = b.select(b.icmp_signed(">", cap, I64(0)), smin(b, nthreads, cap), nthreads)
     require(b.icmp_signed(">=", nthreads, I64(2)))
@@ -477,4 +489,4 @@ def _build_record(mod):
     b.ret_void()
 
 
-__all__ = ["RECORD", "RECORD_TYPE", "STATS_TYPE", "TRY_CHUNKS", "TRY_CHUNKS_TYPE", "ceil_div", "read_cycles", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin", "chunk_launches"]
+__all__ = ["RECORD", "RECORD_TYPE", "STATS_TYPE", "TRY_CHUNKS", "TRY_CHUNKS_TYPE", "ceil_div", "read_cycles", "ensure_threading", "parallel_enabled", "set_parallel_enabled", "smin", "chunk_launches", "chunk_requests"]
