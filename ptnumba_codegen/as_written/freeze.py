@@ -429,12 +429,15 @@ class Copies:
         compute a leaf."""
         return [self.ends.get(v, v) for v in leaves]
 
-    def make(self, leaves, outputs, label: str, kind: str):
-        """A new `AsWritten` node computing ``outputs`` from ``leaves`` (not yet in the graph)."""
-        op = AsWritten(
+    def op(self, leaves, outputs, label: str, kind: str) -> AsWritten:
+        """An `AsWritten` op computing ``outputs`` from ``leaves``."""
+        return AsWritten(
             FrozenFunctionGraph.from_io(leaves, outputs), self.policy, label=label, kind=kind, outer_pools=self.outer_pools
         )
-        return op.make_node(*self.read(leaves))
+
+    def make(self, leaves, outputs, label: str, kind: str):
+        """A new `AsWritten` node computing ``outputs`` from ``leaves`` (not yet in the graph)."""
+        return self.op(leaves, outputs, label, kind).make_node(*self.read(leaves))
 
     def values(self, roots: tuple) -> list | None:
         """The shared cone copy's outputs for ``roots`` (made on first use), or None if not shared."""
@@ -497,13 +500,7 @@ def _freeze_on_shared_cone(fgraph, node, values: dict, copies: Copies):
     inputs = [values.get(v, v) for v in node.inputs]
     leaves = list(dict.fromkeys(v for v in inputs if not isinstance(v, Constant)))
     inner = node.op.make_node(*inputs)
-    copy = AsWritten(
-        FrozenFunctionGraph.from_io(leaves, inner.outputs),
-        copies.policy,
-        label=str(node.op),
-        kind="decision",
-        outer_pools=copies.outer_pools,
-    )
+    copy = copies.op(leaves, inner.outputs, str(node.op), "decision")
     return _replace_by_copy(fgraph, node.outputs, copy, copies.read(leaves))
 
 
@@ -527,13 +524,7 @@ def _freeze_node(fgraph, node, roots, copies: Copies):
         if var not in cone and not isinstance(var, Constant):
             cone.add(var)
             leaves.append(var)
-    copy = AsWritten(
-        FrozenFunctionGraph.from_io(leaves, node.outputs),
-        copies.policy,
-        label=str(node.op),
-        kind="decision",
-        outer_pools=copies.outer_pools,
-    )
+    copy = copies.op(leaves, node.outputs, str(node.op), "decision")
     return _replace_by_copy(fgraph, node.outputs, copy, copies.read(leaves))
 
 
