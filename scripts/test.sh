@@ -15,7 +15,7 @@ echo "== smoke tests on the lowest supported pytensor (scripts/pytensor_floor.sh
 bash scripts/pytensor_floor.sh || floor=$?
 echo "== the full suite on .venv's pytensor =="
 status=0
-.venv/bin/python -m pytest -n 2 -q || status=$?
+.venv/bin/python -m pytest -n 2 -q --durations=15 || status=$?
 if [ "$floor" != 0 ]; then
     echo "test.sh: the smoke run on the lowest pytensor failed (exit $floor)" >&2
     [ "$status" != 0 ] || status=$floor
