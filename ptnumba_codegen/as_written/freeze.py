@@ -232,7 +232,7 @@ def _same_node(fgraph, op, inputs):
     if anchor is None or anchor not in fgraph.clients:
         return None
     for client, _ in fgraph.clients[anchor]:
-        if client == "output" or not isinstance(client.inputs, list) or len(client.inputs) != len(inputs):
+        if client == "output" or len(client.inputs) != len(inputs):
             continue
         if client.op == op and all(_same_input(a, b) for a, b in zip(client.inputs, inputs, strict=True)):
             return client
@@ -462,10 +462,7 @@ class Copies:
         outputs = [v for v in node.outputs if v not in self.ends]
         if not outputs:
             return []
-        leaves, _ = self.leaves(list(node.inputs))
-        for var in node.inputs:  # inputs that are not floats (indices, shapes) are read too
-            if var not in leaves and not isinstance(var, Constant) and is_leaf(var):
-                leaves.append(var)
+        leaves, _ = self.leaves(list(node.inputs))  # indices and shapes too: leaves as well
         new = self.make(leaves, outputs, f"{node.op} in decisions' cones", "cone")
         for k, (old, out) in enumerate(zip(outputs, new.outputs, strict=True)):
             out.name = old.name or f"own{len(self.nodes)}.{k}"
