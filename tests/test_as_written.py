@@ -477,3 +477,57 @@ def test_a_cone_read_by_a_later_cone_is_inlined_too():
     InlineAsWritten().apply(fg)
     assert not [n for n in fg.apply_nodes if isinstance(n.op, AsWritten)]
     assert sorted(r[2] for r in getattr(fg, INLINED_ATTR)).count("cone") == 2
+
+
+def scalar_op_counts(fn):
+    """How many times each op class appears in the function, kernels' scalar ops included."""
+    from collections import Counter
+
+    counts = Counter()
+    for node in fn.maker.fgraph.toposort():
+        stack = [node.op]
+        while stack:
+            op = stack.pop()
+            counts[type(op).__name__] += 1
+            inner = getattr(op, "fgraph", None)
+            stack.extend(() if inner is None else (n.op for n in inner.toposort()))
+            scalar = getattr(op, "scalar_op", None)
+            stack.extend(() if scalar is None else (scalar,))
+    return counts
+
+
+def glm_fn(backend):
+    """PyMC's way: parameters sliced and reshaped out of one joined vector, the check
+    ``mu >= 0`` on ``mu = exp(alpha + X @ beta)`` and the logp reading the same mu."""
+    rng = np.random.default_rng(7)
+    joined = pt.vector("joined", shape=(4,))
+    alpha = joined[0:1].reshape(())
+    beta = joined[1:4].reshape((3,))
+    X = pt.constant(rng.normal(size=(50, 3)))
+    y = pt.constant(rng.poisson(2.0, size=50).astype("float64"))
+    mu = pt.exp(alpha + X @ beta)
+    logp = pt.switch(pt.ge(mu, 0.0), y * pt.log(mu) - mu, -np.inf).sum()
+    return compile_fn([joined], [logp, pytensor.grad(logp, joined)], backend, cache_key="glm_value_moves")
+
+
+def test_a_copy_spelled_with_other_value_moves_merges_with_the_rest():
+    """The copy reads ``joined[0:1].reshape(())`` where the rewritten rest reads
+    ``joined[0]``: the value-move rewrites (`VALUE_MOVE_REWRITES`) spell the copy like the
+    rest, merge keeps one ``exp(alpha + X @ beta)``, and the kernels are ``default``'s
+    (before, the linear predictor and its exp were computed twice). Decisions and values
+    still match the graph as written, at special values included."""
+    counts = {b: scalar_op_counts(glm_fn(b)) for b in ("policy_default", "policy_as_written")}
+    for name in ("Exp", "Add", "Log", "GE", "Switch", "Reshape", "Subtensor"):
+        assert counts["policy_as_written"][name] == counts["policy_default"][name], (name, counts)
+    ref, res = glm_fn("unoptimized_strict"), glm_fn("policy_as_written")
+    point = np.array([0.3, 0.1, -0.2, 0.05])
+    for r, e in zip(res(point), ref(point), strict=True):
+        np.testing.assert_allclose(r, e, rtol=1e-12)
+    # the decision mu >= 0 shows in the gradient's zeros (the switch's other branch is a
+    # constant); the values beside it are the rewritten rest's (log(exp(z)) is z there; at
+    # a NaN parameter local_mul_switch_sink gives 0 where the graph as written gives NaN,
+    # docs/policies.md "Limits")
+    for a0 in (709.0, 710.0, -745.2, -746.0, np.inf, -np.inf):
+        point = np.array([a0, 0.1, -0.2, 0.05])
+        (_, g), (_, g_ref) = res(point), ref(point)
+        assert np.array_equal(g == 0, g_ref == 0), (a0, g, g_ref)

@@ -65,6 +65,7 @@ from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.op import REASON, AsWritten
+from ptnumba_codegen.as_written.value_moves import spell_like_the_rest
 from ptnumba_codegen.as_written.decisions import (
     EXACT_OPS,
     INNER_GRAPH_OPS,
@@ -140,15 +141,18 @@ class InlineAsWritten(GraphRewriter):
 
     def apply(self, fgraph):
         inlined = getattr(fgraph, INLINED_ATTR, [])
+        put_back = []
         # decisions first: a shared cone is put back only once every decision reading it
         # is (read by an opaque copy, the sensitivity analysis would not see it decide)
         # cones readers first (a cone may read an earlier one: `Copies.ends`)
         for kind in ("decision", "cone"):
             for node in reversed(fgraph.toposort()):
                 if isinstance(node.op, AsWritten) and node.op.kind == kind and strict_cones(node.op.policy):
-                    record = inline(fgraph, node)
-                    if record is not None:
-                        inlined.append(record)
+                    done = inline(fgraph, node)
+                    if done is not None:
+                        inlined.append(done[0])
+                        put_back.extend(done[1])
+        spell_like_the_rest(fgraph, [v for v in put_back if v in fgraph.clients])
         read_copies_in_the_rest(fgraph)
         if inlined:
             setattr(fgraph, INLINED_ATTR, inlined)
@@ -171,8 +175,9 @@ def inlinable(graph) -> bool:
 
 
 def inline(fgraph, node):
-    """Replace an elementwise `AsWritten` node by its guarded inner graph; a record for
-    explain (policy name, label, cone size, guards, reads) or None if it stays opaque.
+    """Replace an elementwise `AsWritten` node by its guarded inner graph: a record for
+    explain (policy name, label, cone size, guards, reads) and the new outputs, or None if
+    it stays opaque.
 
     Only decisions with their cones, and shared cones (``kind="cone"``) once no opaque copy
     reads them: the policy then sees the decision and compiles its cone strictly. A copy of input values (``kind="inputs"``) feeds an op the whole-graph
@@ -194,7 +199,7 @@ def inline(fgraph, node):
         new.name = old.name
     fgraph.replace_all_validate(list(zip(node.outputs, outs, strict=True)), reason="as_written_inline")
     reads = tuple(v.name or str(v) for v in node.inputs)
-    return (op.policy.name, op.label, op.kind, op.cone_size, guards, reads)
+    return (op.policy.name, op.label, op.kind, op.cone_size, guards, reads), outs
 
 
 def read_copies_in_the_rest(fgraph) -> None:

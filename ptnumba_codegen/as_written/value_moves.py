@@ -1,0 +1,47 @@
+"""Which rewrites an inlined as-written copy may get: those that only move values.
+
+An elementwise copy put back into the graph (`ptnumba_codegen.as_written.freeze.InlineAsWritten`)
+is written the way the user wrote it: ``x[0:1].reshape(()).dimshuffle("x")`` where the
+rest of the graph, canonicalized, reads ``x[:1]``. The same cone then exists twice, once
+in each spelling, and is computed twice. The rewrites of `VALUE_MOVE_REWRITES` evaluate no
+arithmetic: each replaces a way of selecting, reshaping or broadcasting elements by
+another that selects the same elements in the same places, or moves a dimshuffle through an
+elementwise op (which computes each element from the same operands either way). Run on
+the copies, they spell the copies' value moves as canonicalize spelled the rest's; merge
+then finds the nodes the copy and the rest compute by the same op on the same inputs and
+keeps one. The value is the same (the same op on the same values, as written, no rewrite
+changed it), and the one node stays in the decision's cone: the policy compiles it
+strictly, as it compiles any decision's cone under ``default``.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
+from pytensor.tensor.rewriting import elemwise, shape, subtensor, uncanonicalize
+
+# rewrite -> why it moves values only (no arithmetic is evaluated or re-associated)
+VALUE_MOVE_REWRITES = {
+    shape.local_reshape_to_dimshuffle: "a reshape that only adds or drops length-1 axes "
+    "is that dimshuffle: the same elements in the same order",
+    shape.local_useless_reshape: "a reshape to the shape its input already has",
+    elemwise.local_dimshuffle_lift: "two dimshuffles compose into one; a dimshuffle of an "
+    "elementwise op's output is the op on dimshuffled inputs (each element from the same "
+    "operands); an identity dimshuffle is its input",
+    subtensor.local_useless_slice: "slice bounds that select everything spelled None: "
+    "the same elements",
+    subtensor.local_subtensor_merge_slice: "a slice of a slice is one slice of the same elements",
+    subtensor.local_useless_subtensor: "a subtensor that takes its whole input",
+    uncanonicalize.local_dimshuffle_subtensor: "dropping a length-1 axis of a slice is "
+    "indexing that axis with the slice's one position",
+    subtensor.local_uint_constant_indices: "constant indices in the smallest unsigned "
+    "dtype that holds them: the same positions",
+}
+
+
+def spell_like_the_rest(fgraph, outputs) -> None:
+    """Apply `VALUE_MOVE_REWRITES` to what ``outputs`` are computed from, then merge the
+    nodes that compute the same op on the same inputs."""
+    if not outputs:
+        return
+    in2out(*VALUE_MOVE_REWRITES, ignore_newtrees=False).apply(fgraph, start_from=outputs)
+    MergeOptimizer().rewrite(fgraph)
