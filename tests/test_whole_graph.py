@@ -124,6 +124,24 @@ def test_cross_node_comparison_makes_the_producer_strict():
     np.testing.assert_allclose(fn(*vals), ref(*vals), rtol=1e-12)
 
 
+def test_a_value_compared_after_a_check_is_compared_before_it():
+    """``Assert`` returns the value it checks (`whole_graph.PASS_FIRST_OPS`): the seed's
+    product, compared after a check of something else, is produced strictly (before, the
+    product's own kernel got every fast flag) and the gradient is the seed's at its tie."""
+    from pytensor.raise_op import Assert
+
+    x, y, z, w, b = vecs()
+    p = Assert("b positive")(x * y * z * w, pt.all(b > 0))
+    gx = pytensor.grad(pt.minimum(p, b).sum(), x)
+    fn = compile_fn([x, y, z, w, b], gx, "policy_default", cache_key="through_check")
+    [product] = [n for n in fn.maker.fgraph.toposort() if is_policy_op(n.op) and n.op.sensitive_outputs]
+    assert product.outputs[0] in [i for n in fn.maker.fgraph.toposort() if "Assert" in str(n.op) or "Check" in str(n.op) for i in n.inputs]
+    ref = compile_fn([x, y, z, w, b], gx, "stock_strict", cache_key="through_check")
+    seed = (SEED_XV, SEED_YV, SEED_ZV, SEED_WV, SEED_BV)
+    np.testing.assert_allclose(fn(*seed), [EXPECTED], rtol=1e-9)
+    np.testing.assert_array_equal(fn(*seed), ref(*seed))
+
+
 def test_reduction_result_compared_is_strict_and_sums_stay_fast():
     x, y, c = pt.vectors("x", "y", "c")
     fns = {

@@ -4,8 +4,8 @@ Pure Python over the function graph (no numba). A variable is *sensitive* when i
 value -- or the outcome of a predicate on it (see `robust`) -- decides something
 downstream: it is a decision input of a kernel (a comparison, min/max, switch condition,
 rounding, ... in the kernel's scalar program, or a Max/Min reduction), or it reaches such
-an input through ops that pass values on unchanged (TRANSPARENT_OPS: the requirement
-passes through as it is), or that combine them (IncSubtensor, another kernel's cone, a
+an input through ops that pass values on unchanged (TRANSPARENT_OPS, and PASS_FIRST_OPS
+for their first input: the requirement passes through as it is), or that combine them (IncSubtensor, another kernel's cone, a
 Sum/Prod/All/Any reduction whose result is sensitive: the inputs must then be exact).
 The generator then compiles the cone that computes a sensitive variable strictly, in
 whichever node it is computed, except where a robust rule lets the producer go.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pytensor.compile.ops import DeepCopyOp, ViewOp
 from pytensor.graph.fg import FunctionGraph
+from pytensor.raise_op import CheckAndRaise
 import pytensor.tensor.basic as ptb
 from pytensor.tensor.shape import Reshape, SpecifyShape
 import pytensor.tensor.subtensor as ptsub
@@ -54,6 +55,23 @@ TRANSPARENT_OPS: tuple[type, ...] = (
     DeepCopyOp,
     ViewOp,
 )
+# Ops whose output is their first input, unchanged, once their other (boolean) inputs
+# pass a check: a predicate on the output is the same predicate on that input.
+PASS_FIRST_OPS: dict[type, str] = {
+    CheckAndRaise: "Assert and PyMC's parameter checks return the checked value as it is "
+    "(or raise): a value compared after a check is the value before it",
+}
+# Ops that read their float inputs' exact values whatever becomes of their outputs (op
+# class -> why). Rows come from the modules that define such ops (`register_exact_reader`):
+# the as-written pass's opaque copies compute decisions from their inputs as written.
+EXACT_READERS: dict[type, str] = {}
+
+
+def register_exact_reader(op_class: type, reason: str) -> None:
+    """Add a row to `EXACT_READERS`: every float input of ``op_class`` must be exact."""
+    EXACT_READERS[op_class] = reason
+
+
 # Ops whose float inputs reach their outputs combined (inc_subtensor adds): inputs exact.
 COMBINING_OPS: tuple[type, ...] = (ptsub.IncSubtensor, ptsub.AdvancedIncSubtensor)
 
@@ -119,10 +137,16 @@ def sensitive_variables(fgraph: FunctionGraph, policy=None, facts: GraphFacts | 
         elif isinstance(op, ScalarCAReduce):
             if _careduce_input_sensitive(inner_careduce(op).op, bool(wanted)):
                 add(node.inputs[0], {EXACT})
+        elif isinstance(op, tuple(EXACT_READERS)):
+            for i in node.inputs:
+                if _is_float(i):
+                    add(i, {EXACT})
         elif isinstance(op, TRANSPARENT_OPS) and wanted:
             for i in node.inputs:
                 if _is_float(i):
                     add(i, wanted)
+        elif isinstance(op, tuple(PASS_FIRST_OPS)) and wanted:
+            add(node.inputs[0], wanted)
         elif isinstance(op, COMBINING_OPS) and wanted:
             for i in node.inputs:
                 if _is_float(i):

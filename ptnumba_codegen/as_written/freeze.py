@@ -61,6 +61,7 @@ from pytensor.graph.fg import FrozenFunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, node_rewriter
 from pytensor.scalar.basic import Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.symbolic import FusibleSymbolicOp, FusibleSymbolicOpDerivative
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.as_written.guards import add_overflow_guards
@@ -75,6 +76,7 @@ from ptnumba_codegen.as_written.decisions import (
     leaf_reason,
     shared_reason,
 )
+from ptnumba_codegen.analysis.whole_graph import PASS_FIRST_OPS
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.policy import Policy, PolicyError, PolicyLoadError, load_policy
 from ptnumba_codegen.runtime.pools import pools_used
@@ -87,9 +89,10 @@ POSITION = -0.005
 # After add_mul_fusion (48) and introduce_lazy_ifelse (48.9), before elemwise fusion (49):
 # every later rewrite keeps values (fusion, merge, inplace, the numba loop fusions).
 INLINE_POSITION = 48.95
-# node types an inlined copy may hold: kernels the policy classifies, and value moves that
-# the whole-graph sensitivity analysis sees through (graph_analysis.TRANSPARENT_OPS)
-INLINABLE_OPS = (Elemwise, *EXACT_OPS)
+# node types an inlined copy may hold: kernels the policy classifies, and value moves and
+# checks that the whole-graph sensitivity analysis sees through (whole_graph.TRANSPARENT_OPS,
+# PASS_FIRST_OPS: put back, a check still raises and passes its value's requirement on)
+INLINABLE_OPS = (Elemwise, *EXACT_OPS, *PASS_FIRST_OPS)
 # reductions an inlined copy may hold: exact in any accumulation order (Sum/Prod are not,
 # so a cone holding one stays opaque, compiled with the reference's own kernels)
 INLINABLE_REDUCERS = (Maximum, Minimum)
@@ -142,10 +145,10 @@ class InlineAsWritten(GraphRewriter):
     def apply(self, fgraph):
         inlined = getattr(fgraph, INLINED_ATTR, [])
         put_back = []
-        # decisions first: a shared cone is put back only once every decision reading it
-        # is (read by an opaque copy, the sensitivity analysis would not see it decide)
-        # cones readers first (a cone may read an earlier one: `Copies.ends`)
-        for kind in ("decision", "cone"):
+        # readers first: decisions, then copies of input values, then shared cones (which
+        # they read; a cone may read an earlier one: `Copies.ends`, so cones in reverse
+        # order too). A copy left opaque reads exact values anyway (`EXACT_READERS`).
+        for kind in ("decision", "inputs", "cone"):
             for node in reversed(fgraph.toposort()):
                 if isinstance(node.op, AsWritten) and node.op.kind == kind and strict_cones(node.op.policy):
                     done = inline(fgraph, node)
@@ -179,16 +182,19 @@ def inline(fgraph, node):
     explain (policy name, label, cone size, guards, reads) and the new outputs, or None if
     it stays opaque.
 
-    Only decisions with their cones, and shared cones (``kind="cone"``) once no opaque copy
-    reads them: the policy then sees the decision and compiles its cone strictly. A copy of input values (``kind="inputs"``) feeds an op the whole-graph
-    sensitivity analysis does not see through (an OpFromGraph, a Scan), so inlined it
-    would be compiled fast; it stays opaque.
+    Decisions with their cones, shared cones (``kind="cone"``) and copies of input values
+    (``kind="inputs"``): the policy then sees the decisions that read them (and opaque
+    copies reading them are `EXACT_READERS`) and compiles their cones strictly. Not a copy
+    of input values still read by the op it was made for (an OpFromGraph or a Scan whose
+    inner graph decides on them, `decided_inside`): the whole-graph analysis does not see
+    through it, so put back the values would be compiled fast; nor a one-op product
+    (``kind="shared"``), which no kernel holds.
     """
     op = node.op
-    if op.kind in ("inputs", "shared") or not inlinable(op.fgraph):
+    if op.kind == "shared" or not inlinable(op.fgraph):
         return None
-    if op.kind == "cone" and any(_read_opaquely(fgraph, out) for out in node.outputs):
-        return None  # not a decision: put back, it would be compiled fast
+    if op.kind == "inputs" and decided_inside(fgraph, node):
+        return None
     graph = op.fgraph.unfreeze()
     guards = add_overflow_guards(graph, op.kind)
     if not inlinable(graph):
@@ -261,9 +267,29 @@ def rebuild(graph, inputs) -> list:
     return [memo.get(v, v) for v in graph.outputs]
 
 
-def _read_opaquely(fgraph, var) -> bool:
-    """Whether an opaque `AsWritten` copy reads ``var``."""
-    return any(isinstance(client.op, AsWritten) for client, _ in fgraph.clients[var])
+# containers that fast_run inlines before the kernels are planned (policy_codegen at
+# 100.5), so the whole-graph analysis sees their inner decisions -> why
+INLINED_BEFORE_KERNELS = {
+    FusibleSymbolicOp: "Softmax, LogSoftmax, LogSumExp: inline_symbolic_for_fusion, the "
+    "first step of elementwise fusion (49)",
+    FusibleSymbolicOpDerivative: "their gradients: the same rewrite",
+}
+
+
+def decided_inside(fgraph, node) -> bool:
+    """Whether a node reading ``node``'s outputs decides on them inside an inner graph (a
+    `FREEZE_INPUTS` container: OpFromGraph, Scan) that stays out of the whole-graph
+    analysis' sight (not `INLINED_BEFORE_KERNELS`)."""
+    for out in node.outputs:
+        for client, position in fgraph.clients[out]:
+            if client == "output" or not isinstance(client.op, INNER_GRAPH_OPS):
+                continue
+            if isinstance(client.op, tuple(INLINED_BEFORE_KERNELS)):
+                continue
+            rule = decision_rule(client)
+            if rule is not None and position in rule[1]:
+                return True
+    return False
 
 
 def summarize(nodes, policy) -> str:

@@ -22,6 +22,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FrozenFunctionGraph
 from pytensor.graph.op import Op
 
+from ptnumba_codegen.analysis.whole_graph import register_exact_reader
 from ptnumba_codegen.policy import Policy
 
 REASON = "as_written"
@@ -110,6 +111,14 @@ class AsWritten(Op):
     # -- pickling -----------------------------------------------------------------------
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in self._CACHES}
+
+
+register_exact_reader(
+    AsWritten,
+    "an opaque copy computes decisions from its inputs as written: the kernels that "
+    "produce them (a cone put back into the graph, a value the rest computes the same) "
+    "must give it their exact values",
+)
 
 
 def is_as_written(op) -> bool:
