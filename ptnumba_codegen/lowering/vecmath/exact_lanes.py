@@ -46,6 +46,7 @@ from llvmlite import ir
 
 from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
 from ptnumba_codegen.lowering.vecmath import check_cache
+from ptnumba_codegen.runtime import disk_cache
 from ptnumba_codegen.lowering.vecmath.libm_data import (
     LOG_OFF,
     POW_LOG_OFF,
@@ -580,7 +581,7 @@ def check_key(symbol: str, lanes: int, data) -> check_cache.CheckKey:
         lanes=lanes,
         generator=f"{GENERATOR_VERSION}:{GENERATOR_DIGEST}",
         data=hashlib.sha256(repr(data).encode()).hexdigest(),
-        libm=f"{data.path}:{check_cache.file_digest(data.path)}",
+        libm=f"{data.path}:{disk_cache.file_digest(data.path)}",
         libc=_libc_version(),
         cpu=llb.get_host_cpu_name(),
         features=",".join(sorted(target_features())),
