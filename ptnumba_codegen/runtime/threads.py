@@ -45,6 +45,8 @@ import os
 from llvmlite import binding as llvm
 from llvmlite import ir
 
+from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
+from ptnumba_codegen.runtime import disk_cache, runtime_cache
 from ptnumba_codegen.runtime.shared_blas import share_blas_pool, unshare_in_child
 
 GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
@@ -350,16 +352,27 @@ def _run_jobs_on_new_threads(mod, b, job, job_ty, n, run_jobs):
 
 
 def _compile_runtime(with_blas: bool):
+    """The runtime library: from an earlier process's object code (`runtime_cache`), else
+    built and compiled here, and stored for the next process."""
     from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
 
+    codegen = cpu_target.target_context.codegen()
+    key = runtime_cache.runtime_key(f"{GENERATOR_VERSION}:{GENERATOR_DIGEST}", with_blas)
+    directory = disk_cache.directory(runtime_cache.SUBDIR)
     with global_compiler_lock:
-        return _build_runtime(with_blas)
+        library = runtime_cache.load(directory, key, codegen)
+        if library is None:
+            library = _build_runtime(with_blas)
+            runtime_cache.store(directory, key, library)
+    return library
 
 
 def _build_runtime(with_blas: bool):
     from numba.core.registry import cpu_target
 
     library = cpu_target.target_context.codegen().create_library("ptnumba_codegen_split_runtime")
+    library.enable_object_caching()  # its object code can be stored (`runtime_cache`)
     mod = library.create_ir_module("ptnumba_codegen_split_runtime")
     gate = ir.GlobalVariable(mod, ir.ArrayType(I32, len(_GATE)), GATE_SYMBOL)
     get_num_threads = ir.Function(mod, ir.FunctionType(I64, []), "get_num_threads")

@@ -26,12 +26,15 @@ compared bit for bit with libm's function on `probe_inputs` (every table slot or
 subinterval, the fast path's edges, the subnormal range, random magnitudes; pow's common
 exponents); any difference, or no data, and the entry is off for the process: lane calls
 stay per-lane libm (`status` says why; ``explain`` prints it). ``PTNUMBA_CODEGEN_EXACT_LANES
-=off`` turns them off by hand.
+=off`` turns them off by hand. A verdict is kept on disk beside PyTensor's numba cache
+(`check_cache`, keyed by everything the check depends on: `check_key`), so a later process
+with the cache on reads it instead of checking again.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from contextlib import contextmanager
 import os
 from collections.abc import Callable
@@ -41,6 +44,9 @@ import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
 
+from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
+from ptnumba_codegen.lowering.vecmath import check_cache
+from ptnumba_codegen.runtime import disk_cache
 from ptnumba_codegen.lowering.vecmath.libm_data import (
     LOG_OFF,
     POW_LOG_OFF,
@@ -529,6 +535,9 @@ def libm_reference(symbol: str, xs: np.ndarray) -> np.ndarray:
     return np.array([fn(*args) for args in cols.T.tolist()])
 
 
+NOT_COMPILED = "self-check did not compile"  # a verdict that is never stored (it may not last)
+
+
 def self_check(symbol: str, lanes: int, data) -> tuple[bool, str]:
     """Compile ``symbol``'s vector form with ``data`` and compare it bit for bit with libm
     on `probe_inputs` (NaN payloads aside): (identical, what was found)."""
@@ -536,7 +545,7 @@ def self_check(symbol: str, lanes: int, data) -> tuple[bool, str]:
     try:
         got = _run_compiled(symbol, lanes, data, xs)
     except Exception as err:  # a compile failure turns the entry off, never the kernel
-        return False, f"self-check did not compile: {err}"
+        return False, f"{NOT_COMPILED}: {err}"
     want = libm_reference(symbol, xs[:, : len(got)])
     same = (got.view(np.uint64) == want.view(np.uint64)) | (np.isnan(got) & np.isnan(want))
     if not same.all():
@@ -559,8 +568,46 @@ def status(symbol: str, lanes: int) -> tuple[bool, str]:
         if _setting() == "off":
             return False, f"{ENV}=off"
         data = EXACT_LANES[symbol].data()
-        _STATUS[key] = (False, data) if isinstance(data, str) else self_check(symbol, lanes, data)
+        _STATUS[key] = (False, data) if isinstance(data, str) else _checked(symbol, lanes, data)
     return _STATUS[key]
+
+
+def check_key(symbol: str, lanes: int, data) -> check_cache.CheckKey:
+    """What `self_check` of ``symbol`` at ``lanes`` with ``data`` depends on (its disk key)."""
+    import llvmlite
+
+    return check_cache.CheckKey(
+        symbol=symbol,
+        lanes=lanes,
+        generator=f"{GENERATOR_VERSION}:{GENERATOR_DIGEST}",
+        data=hashlib.sha256(repr(data).encode()).hexdigest(),
+        libm=f"{data.path}:{disk_cache.file_digest(data.path)}",
+        libc=_libc_version(),
+        cpu=llb.get_host_cpu_name(),
+        features=",".join(sorted(target_features())),
+        toolchain=f"llvmlite {llvmlite.__version__}, LLVM {llb.llvm_version_info}, numpy {np.__version__}",
+    )
+
+
+def _libc_version() -> str:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        return ""
+
+
+def _checked(symbol: str, lanes: int, data) -> tuple[bool, str]:
+    """`self_check`, or its verdict from an earlier process (`check_cache`); a verdict found
+    now is stored for the next one, unless the check did not compile (that may not last)."""
+    key = check_key(symbol, lanes, data)
+    directory = check_cache.default_directory()
+    cached = check_cache.load(directory, key)
+    if cached is not None:
+        return cached.ok, cached.why
+    ok, why = self_check(symbol, lanes, data)
+    if not why.startswith(NOT_COMPILED):
+        check_cache.store(directory, key, check_cache.Verdict(ok, why))
+    return ok, why
 
 
 @contextmanager
@@ -613,4 +660,4 @@ def available(symbol: str, dtype: str) -> bool:
     return status(symbol, lane_count(isa, dtype))[0]
 
 
-__all__ = ["ENV", "EXACT_LANES", "available", "cache_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status", "vector_function"]
+__all__ = ["ENV", "EXACT_LANES", "NOT_COMPILED", "available", "cache_key", "check_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status", "vector_function"]

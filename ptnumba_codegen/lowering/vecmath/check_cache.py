@@ -1,0 +1,90 @@
+"""The exact-lanes self-check's verdicts on disk, so a second process does not redo them.
+
+`exact_lanes.status` compiles each exact vector form and compares it with libm on a few
+hundred thousand probes: 0.25 to 0.4 s per entry and process (issue 20: a warm compile paid
+it every time). The verdict depends only on what `CheckKey` records: the generator's own
+source (the vector code, the probes, the check), the libm data it was built from, the libm
+file and the C library it is compared with, the CPU and the feature set the check compiled
+for, LLVM and numpy (the probes' generator). One JSON file per key, named by the key's
+digest, holds the full key and the verdict; a file that is missing, unreadable, malformed or
+for another key reads as no verdict, and the caller runs the check again and rewrites it.
+Where the files live, and when: `runtime.disk_cache` (beside PyTensor's numba cache, while
+it is on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptnumba_codegen.runtime import disk_cache
+
+FORMAT = 1  # bump when the file layout changes
+SUBDIR = "ptnumba_codegen_exact_lanes"
+
+
+@dataclass(frozen=True)
+class CheckKey:
+    """Everything one self-check's verdict depends on."""
+
+    symbol: str
+    lanes: int
+    generator: str  # generator version and source digest
+    data: str  # digest of the libm data the vector code is built from
+    libm: str  # the libm file the check compares with: path and content digest
+    libc: str  # the C library's version string
+    cpu: str  # the host CPU name the check compiles for
+    features: str  # the target features it compiles with, sorted
+    toolchain: str  # llvmlite/LLVM and numpy versions
+
+    def digest(self) -> str:
+        return disk_cache.digest(json.dumps(dataclasses.asdict(self), sort_keys=True))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A self-check's result: whether the entry is usable, and why."""
+
+    ok: bool
+    why: str
+
+
+def default_directory() -> Path | None:
+    """Where verdicts live now (None while PyTensor's numba cache is off)."""
+    return disk_cache.directory(SUBDIR)
+
+
+def path_for(directory: Path, key: CheckKey) -> Path:
+    return directory / f"{key.symbol}-{key.lanes}-{key.digest()}.json"
+
+
+def load(directory: Path | None, key: CheckKey) -> Verdict | None:
+    """The verdict stored for ``key``, or None (no directory, no file, or a file that is
+    unreadable, malformed or written for another key)."""
+    raw = None if directory is None else disk_cache.read(path_for(directory, key))
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+        if record["format"] != FORMAT or record["key"] != dataclasses.asdict(key):
+            return None
+        ok, why = record["ok"], record["why"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(ok, bool) or not isinstance(why, str):
+        return None
+    return Verdict(ok, why)
+
+
+def store(directory: Path | None, key: CheckKey, verdict: Verdict) -> bool:
+    """Write ``verdict`` for ``key``; False when it could not be written (the verdict then
+    lives in this process only)."""
+    if directory is None:
+        return False
+    record = {"format": FORMAT, "key": dataclasses.asdict(key), "ok": verdict.ok, "why": verdict.why}
+    return disk_cache.write(path_for(directory, key), json.dumps(record, sort_keys=True).encode())
+
+
+__all__ = ["FORMAT", "SUBDIR", "CheckKey", "Verdict", "default_directory", "load", "path_for", "store"]

@@ -1,0 +1,96 @@
+"""The split-loop runtime's object code on disk, so a second process does not compile it.
+
+`threads.ensure_threading` builds one LLVM module per process (the chunk trampoline, the
+call-time decision, the BLAS callback) and compiles it: about 0.1 s of every warm compile
+that has a loop which may split (issue 20). Its machine code depends only on what
+`RuntimeKey` records: the generator's source, whether the BLAS callback is in it, the CPU
+and features numba compiles for, numba and llvmlite/LLVM. The library is stored as numba
+stores its own cached functions (`serialize_using_object_code`: object code plus the bitcode
+other modules link against) and loaded with ``codegen.unserialize_library``; its external
+symbols (numba's ``numba_parallel_for``, the gate, libgomp's ``omp_in_parallel``) are
+resolved when it is loaded, in this process, as for a fresh compile. A file that is
+missing, unreadable, malformed or for another key is a miss: the caller compiles and
+rewrites it. Where the files live, and when: `disk_cache`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptnumba_codegen.runtime import disk_cache
+
+FORMAT = 1
+SUBDIR = "ptnumba_codegen_runtime"
+
+
+@dataclass(frozen=True)
+class RuntimeKey:
+    """Everything the runtime library's machine code depends on."""
+
+    generator: str  # generator version and source digest
+    with_blas: bool  # the BLAS callback is part of it
+    cpu: str  # numba's target CPU
+    features: str  # numba's target features
+    toolchain: str  # numba, llvmlite and LLVM versions
+
+    def digest(self) -> str:
+        return disk_cache.digest(json.dumps(dataclasses.asdict(self), sort_keys=True))
+
+
+def runtime_key(generator: str, with_blas: bool) -> RuntimeKey:
+    """The key of this process's runtime (numba's own target CPU and features)."""
+    import llvmlite
+    import numba
+    from llvmlite import binding as llvm
+    from numba.core import config
+    from numba.core.codegen import get_host_cpu_features
+
+    cpu = config.CPU_NAME or llvm.get_host_cpu_name()
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
+    return RuntimeKey(
+        generator=generator,
+        with_blas=with_blas,
+        cpu=cpu,
+        features=",".join(sorted(features.split(","))),
+        toolchain=f"numba {numba.__version__}, llvmlite {llvmlite.__version__}, LLVM {llvm.llvm_version_info}",
+    )
+
+
+def path_for(directory: Path, key: RuntimeKey) -> Path:
+    return directory / f"runtime-{key.digest()}.pkl"
+
+
+def load(directory: Path | None, key: RuntimeKey, codegen):
+    """The library stored for ``key``, loaded into ``codegen``; None on any miss."""
+    raw = None if directory is None else disk_cache.read(path_for(directory, key))
+    if raw is None:
+        return None
+    try:
+        record = pickle.loads(raw)
+        if record["format"] != FORMAT or record["key"] != dataclasses.asdict(key):
+            return None
+        name, kind, (obj, bitcode) = record["library"]
+        if kind != "object" or not isinstance(obj, bytes) or not isinstance(bitcode, bytes):
+            return None
+        return codegen.unserialize_library((name, kind, (obj, bitcode)))
+    except Exception:  # a damaged file is a miss: compile again
+        return None
+
+
+def store(directory: Path | None, key: RuntimeKey, library) -> bool:
+    """Write ``library`` (compiled with object caching on) for ``key``; False on failure."""
+    if directory is None:
+        return False
+    try:
+        state = library.serialize_using_object_code()
+    except Exception:
+        return False
+    record = {"format": FORMAT, "key": dataclasses.asdict(key), "library": state}
+    return disk_cache.write(path_for(directory, key), pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+__all__ = ["FORMAT", "SUBDIR", "RuntimeKey", "load", "path_for", "runtime_key", "store"]
