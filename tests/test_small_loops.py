@@ -79,15 +79,15 @@ def _guards(function_text, threshold):
     return found
 
 
-def _guarded(function_text, threshold) -> bool:
+def _guarded(function_text, threshold, chunk, large) -> bool:
     """Whether a branch on the threshold goes one way to the chunk function called directly
-    (no helper on the way) and the other to the helper, and every path to the helper passes it."""
-    chunk = re.search(r"@ptnumba_codegen_try_split\([^)]*?(@ptnumba_chunk_[0-9a-f]+)", function_text).group(1)
+    (no helper on the way) and the other to the path asking the helper (``large``, a function
+    of its own), and every path to it passes the branch."""
     cfg = blocks(function_text)
     entry = next(iter(cfg))
 
     def asks(block):
-        return HELPER in block.text
+        return f"{large}(" in block.text
 
     def runs_serial(label):
         return any(f"call i32 {chunk}(" in cfg[b].text for b in reachable(cfg, label, avoid=asks))
@@ -106,10 +106,15 @@ def test_final_ir_tests_the_threshold_before_asking_the_helper(policy_path, name
     threshold = GRAPHS[name][1]
     assert f"from {threshold} elements" in ptnumba_codegen.explain(fn)
     fn(*_inputs((2, 3) if name == "matrix" else 5))
-    asking = [f for f in functions(final_ir(fn)) if HELPER in f]
+    fns = functions(final_ir(fn))
+    # the helper is asked from one function: the kernel's path above the threshold, kept out of line
+    [helper] = [f for f in fns if HELPER in f]
+    large = re.match(r"define [^@]*(@ptnumba_large_[0-9a-f]+)\(", helper).group(1)
+    chunk = re.search(r"@ptnumba_codegen_try_split\([^)]*?(@ptnumba_chunk_[0-9a-f]+)", helper).group(1)
+    asking = [f for f in fns if re.search(rf"call [^\n]*{large}\(", f)]
     assert len(asking) == 1
-    assert _guarded(asking[0], threshold)
-    assert not _guarded(asking[0], threshold + 7)  # the check finds the threshold, not any compare
+    assert _guarded(asking[0], threshold, chunk, large)
+    assert not _guarded(asking[0], threshold + 7, chunk, large)  # the check finds the threshold, not any compare
 
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))

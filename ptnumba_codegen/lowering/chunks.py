@@ -64,6 +64,7 @@ MAX_BLOCKS = 64
 I8P = ir.IntType(8).as_pointer()
 I32 = ir.IntType(32)
 CHUNK_ARGTYPES = [types.voidptr, types.intp, types.intp]  # chunk(state, lo, hi)
+LARGE_ARGTYPES = [types.voidptr, types.intp, types.intp, types.intp]  # large(state, n0, total, rows): `emit_large_path`
 
 
 @dataclass(frozen=True)
@@ -163,9 +164,11 @@ def emit_chunked(context, builder, nest, input_values, arrays, outputs, iter_sha
         with small:  # the helper would decline without a side effect: not asked
             chunks.run_on_this_thread(builder, chunk, state_p, n0)
         with large:
-            outcome, stats_p = chunks.try_on_threads(builder, chunk, state, state_p, n0, total, rows, chunking)
-            with builder.if_then(builder.icmp_signed("!=", outcome, I32(CHUNKS_DONE))):  # declined, or a chunk raised
-                chunks.run_timed_if_asked(builder, outcome, stats_p, total, chunk, state_p, n0)
+            large_fn = chunks.emit_large_path(builder.module, chunk, chunking)
+            args = [state_p, n0, total, rows if rows is not None else chunks.intp(0)]
+            status, _ = context.call_conv.call_function(builder, large_fn, types.none, LARGE_ARGTYPES, args)
+            with builder.if_then(status.is_error, likely=False):
+                context.call_conv.return_status_propagate(builder, status)
     chunks.combine_partials(builder, outputs, parts, nblocks)
 
 
@@ -265,6 +268,25 @@ class Chunks:
             self.nest.emit(cb, in_vals, c_arrays, c_outputs, shape, b_lo, b_hi, self.axis)
             for i in self.accs:
                 cb.store(cb.load(c_outputs[i]), cb.gep(out_vals[i], [I32(0), block.index]))
+
+    def emit_large_path(self, module, chunk, chunking):
+        """``large(state, n0, total, rows)``: the path above the threshold (ask the helper; run
+        here, timed when asked, if it declined or a chunk raised), a ``noinline`` function of
+        its own: the entry inlined into its caller (`entry`) is then the threshold test and
+        the direct chunk call, small enough not to keep LLVM from inlining its caller."""
+        context = self.context
+        fn = ir.Function(module, context.call_conv.get_function_type(types.none, LARGE_ARGTYPES), f"ptnumba_large_{uuid.uuid4().hex}")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        context.call_conv.decorate_function(fn, ["state", "n0", "total", "rows"], LARGE_ARGTYPES)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        state_p, n0, total, rows = context.call_conv.get_arguments(fn)
+        state = b.bitcast(state_p, self.state_ty.as_pointer())
+        outcome, stats_p = self.try_on_threads(b, chunk, state, state_p, n0, total, rows, chunking)
+        with b.if_then(b.icmp_signed("!=", outcome, I32(CHUNKS_DONE))):
+            self.run_timed_if_asked(b, outcome, stats_p, total, chunk, state_p, n0)
+        context.call_conv.return_value(b, context.get_dummy_value())
+        return fn
 
     def fill_state(self, builder, input_values, outputs, iter_shape):
         """The kernel's state struct, filled, and the partials arrays of the accumulators."""

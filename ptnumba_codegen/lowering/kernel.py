@@ -31,6 +31,7 @@ from ptnumba_codegen.lowering.base import numba_type
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
 from ptnumba_codegen.lowering.chunks import emit_chunked, chunk_decision
+from ptnumba_codegen.lowering.entry import EntryInlining, inline_into_caller
 from ptnumba_codegen.runtime.threads import ensure_threading
 
 KERNEL_JIT_OPTIONS = {
@@ -192,6 +193,7 @@ def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = F
         return ret(inputs), codegen
 
     loop.dry_run = lambda input_types: dry_run(lambda c, b, args: emit(c, b, input_types, args), input_types)
+    loop.nest_in = "chunk_function" if chunked else "entry"  # a key of entry.INLINE_ENTRY_WHEN
     return loop
 
 
@@ -230,7 +232,8 @@ def build_kernel(
     kernel.__name__ = name
     # A strided input keeps LLVM from vectorizing the loop; with libmvec calls inside that
     # costs ~8x, while a contiguous copy costs one pass over memory.
-    impl = KernelImpl(name, spec, finish, loop, loop_flat, planned.uses_vector_math, fallback)
+    entry = EntryInlining.of(tuple(lp.nest_in for lp in (loop, loop_flat) if lp is not None))
+    impl = KernelImpl(name, spec, finish, loop, loop_flat, planned.uses_vector_math, fallback, entry.inline)
 
     @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
     def _kernel_overload(*inputs):
@@ -260,6 +263,7 @@ class KernelImpl:
     loop_flat: object  # its 1-d twin over every element (`flat_spec`), or None
     copy_strided: bool  # strided inputs are copied contiguous first (bodies with vector calls)
     fallback: Callable | None
+    inline: bool = False  # the impl asks to be inlined into its caller (`entry.EntryInlining`)
 
     @property
     def n_out(self) -> int:
@@ -357,9 +361,10 @@ class KernelImpl:
 
     def define(self, lines: list[str]):
         """``impl(*inputs)``: ``lines``, then the finished outputs returned."""
+        lines = ["inline_into_caller()", *lines] if self.inline else lines
         body = "".join(f"    {line}\n" for line in lines)
         src = f"def impl(*inputs):\n{body}    return {self.returned()}\n"
-        env = {"loop": self.loop, "loop_flat": self.loop_flat, "np": np, "as_strided": as_strided}
+        env = {"loop": self.loop, "loop_flat": self.loop_flat, "np": np, "as_strided": as_strided, "inline_into_caller": inline_into_caller}
         exec(compile(src, f"<{self.name}>", "exec"), env)
         return env["impl"]
 
