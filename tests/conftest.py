@@ -108,3 +108,20 @@ def assert_same_bits(res, ref):
 @pytest.fixture(scope="session")
 def rng_seed():
     return 20261130
+
+
+def second_process_line(code: str, args, marker: str) -> str:
+    """Run ``code`` in a fresh interpreter (this checkout first on its path) with ``args``;
+    the one line of its output that starts with ``marker``."""
+    import os
+    import subprocess
+    import sys
+
+    from ptnumba_codegen import _version
+
+    path = os.pathsep.join(filter(None, [str(_version.ROOT.parent), os.environ.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PYTHONPATH": path})
+    assert out.returncode == 0, out.stderr[-3000:]
+    [line] = [ln for ln in out.stdout.splitlines() if ln.startswith(marker)]
+    return line

@@ -9,8 +9,6 @@ numba cache off nothing is read or written."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import llvmlite.binding as llb
@@ -18,7 +16,7 @@ import pytensor
 import pytensor.link.numba.cache as numba_cache
 import pytest
 
-from ptnumba_codegen import _version
+from conftest import second_process_line
 from ptnumba_codegen.lowering.vecmath import check_cache, exact_lanes, libm_data
 from ptnumba_codegen.runtime import disk_cache
 from ptnumba_codegen.lowering.vecmath.isa import lane_count, target_isa
@@ -173,12 +171,7 @@ print("STATUS", [e.status(s, lanes) for s in ("exp", "log", "pow")])
 
 
 def _process(cache, which):
-    path = os.pathsep.join(filter(None, [str(_version.ROOT.parent), os.environ.get("PYTHONPATH")]))
-    out = subprocess.run([sys.executable, "-c", SECOND, str(cache), which], capture_output=True, text=True,
-                         timeout=600, env={**os.environ, "PYTHONPATH": path})
-    assert out.returncode == 0, out.stderr[-3000:]
-    [line] = [ln for ln in out.stdout.splitlines() if ln.startswith("STATUS ")]
-    return line
+    return second_process_line(SECOND, (cache, which), "STATUS ")
 
 
 def test_a_second_process_reads_the_verdicts_and_runs_no_check(tmp_path):

@@ -8,16 +8,14 @@ a miss; with PyTensor's numba cache off nothing is written."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
-import subprocess
 import sys
 
 import numba
 import pytensor
 import pytest
 
-from ptnumba_codegen import _version
+from conftest import second_process_line
 from ptnumba_codegen.runtime import disk_cache, runtime_cache
 
 
@@ -106,12 +104,7 @@ print("RUNTIME", sorted(p.name for p in (Path(sys.argv[1]) / "ptnumba_codegen_ru
 
 
 def _process(cache, which):
-    path = os.pathsep.join(filter(None, [str(_version.ROOT.parent), os.environ.get("PYTHONPATH")]))
-    out = subprocess.run([sys.executable, "-c", SPLIT, str(cache), which], capture_output=True, text=True,
-                         timeout=600, env={**os.environ, "PYTHONPATH": path})
-    assert out.returncode == 0, out.stderr[-3000:]
-    [line] = [ln for ln in out.stdout.splitlines() if ln.startswith("RUNTIME ")]
-    return line
+    return second_process_line(SPLIT, (cache, which), "RUNTIME ")
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two threads")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -34,6 +35,23 @@ def read(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:
         return None
+
+
+def read_record(directory: Path | None, path_in: Callable[[Path], Path], loads: Callable[[bytes], object],
+                fmt: int, key: dict) -> dict | None:
+    """The record (a dict with ``format`` and ``key``) stored in ``path_in(directory)``,
+    decoded by ``loads``; None when the cache is off, the file is missing or cannot be
+    decoded, or was written in another format or for another key."""
+    raw = None if directory is None else read(path_in(directory))
+    if raw is None:
+        return None
+    try:
+        record = loads(raw)
+        if not isinstance(record, dict) or record.get("format") != fmt or record.get("key") != key:
+            return None
+    except Exception:  # a damaged file is a miss
+        return None
+    return record
 
 
 def write(path: Path, data: bytes) -> bool:

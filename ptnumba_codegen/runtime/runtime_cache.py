@@ -66,13 +66,10 @@ def path_for(directory: Path, key: RuntimeKey) -> Path:
 
 def load(directory: Path | None, key: RuntimeKey, codegen):
     """The library stored for ``key``, loaded into ``codegen``; None on any miss."""
-    raw = None if directory is None else disk_cache.read(path_for(directory, key))
-    if raw is None:
+    record = disk_cache.read_record(directory, lambda d: path_for(d, key), pickle.loads, FORMAT, dataclasses.asdict(key))
+    if record is None:
         return None
     try:
-        record = pickle.loads(raw)
-        if record["format"] != FORMAT or record["key"] != dataclasses.asdict(key):
-            return None
         name, kind, (obj, bitcode) = record["library"]
         if kind != "object" or not isinstance(obj, bytes) or not isinstance(bitcode, bytes):
             return None

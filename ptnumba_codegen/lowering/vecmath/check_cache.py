@@ -63,16 +63,10 @@ def path_for(directory: Path, key: CheckKey) -> Path:
 def load(directory: Path | None, key: CheckKey) -> Verdict | None:
     """The verdict stored for ``key``, or None (no directory, no file, or a file that is
     unreadable, malformed or written for another key)."""
-    raw = None if directory is None else disk_cache.read(path_for(directory, key))
-    if raw is None:
+    record = disk_cache.read_record(directory, lambda d: path_for(d, key), json.loads, FORMAT, dataclasses.asdict(key))
+    if record is None:
         return None
-    try:
-        record = json.loads(raw)
-        if record["format"] != FORMAT or record["key"] != dataclasses.asdict(key):
-            return None
-        ok, why = record["ok"], record["why"]
-    except (ValueError, KeyError, TypeError):
-        return None
+    ok, why = record.get("ok"), record.get("why")
     if not isinstance(ok, bool) or not isinstance(why, str):
         return None
     return Verdict(ok, why)
