@@ -61,7 +61,7 @@ from pytensor.graph.fg import FrozenFunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, node_rewriter
 from pytensor.scalar.basic import Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
-from pytensor.tensor.symbolic import FusibleSymbolicOp, FusibleSymbolicOpDerivative
+from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.as_written.guards import add_overflow_guards
@@ -268,11 +268,12 @@ def rebuild(graph, inputs) -> list:
 
 
 # containers that fast_run inlines before the kernels are planned (policy_codegen at
-# 100.5), so the whole-graph analysis sees their inner decisions -> why
+# 100.5), so the whole-graph analysis sees their inner decisions -> why. PyTensor's own
+# list: the ops its `inline_symbolic_for_fusion` tracks (Softmax, LogSoftmax, LogSumExp
+# and, where the pytensor has them, their gradients), the first step of fusion (49).
 INLINED_BEFORE_KERNELS = {
-    FusibleSymbolicOp: "Softmax, LogSoftmax, LogSumExp: inline_symbolic_for_fusion, the "
-    "first step of elementwise fusion (49)",
-    FusibleSymbolicOpDerivative: "their gradients: the same rewrite",
+    op_class: "inlined by inline_symbolic_for_fusion, the first step of elementwise fusion (49)"
+    for op_class in inline_symbolic_for_fusion.tracks()
 }
 
 

@@ -27,7 +27,7 @@ from pytensor import config
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
 from pytensor.compile.mode import Mode
-from pytensor.tensor.symbolic import FusibleSymbolicOp, FusibleSymbolicOpDerivative
+from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.compile.rewriting import inline_ofg_node
 from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter, node_rewriter
 from pytensor.link.numba.dispatch.basic import (
@@ -59,9 +59,9 @@ INNER_REWRITES = {
     "of constants; no arithmetic is evaluated",
     "composite_elemwise_fusion": "fuses chains of Elemwise nodes into one Composite loop; "
     "each scalar op keeps its inputs, dtype and place, only intermediate arrays disappear",
-    "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp and their gradients (the fusible "
-    "symbolic ops; not every SymbolicOp: AllocDiag's expansion never settled, growing a "
-    "structural-equation model's copy past 10 GB): the reference runs such an "
+    "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
+    "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
+    "settled, growing a structural-equation model's copy past 10 GB): the reference runs such an "
     "op's inner graph op by op as a function of its own (after the reference's own rewrites, "
     "which the copy gets too); inlined, the same ops compute the same values, and the "
     "elementwise ones reach the generator (strict, exact lanes) instead of scalar libm loops",
@@ -76,7 +76,7 @@ def inner_policy(policy: Policy) -> Policy:
     return dataclasses.replace(strict, name=f"strict (as written, {policy.name})", parallel=policy.parallel)
 
 
-@node_rewriter([FusibleSymbolicOp, FusibleSymbolicOpDerivative])
+@node_rewriter(list(inline_symbolic_for_fusion.tracks()))
 def inline_symbolic_ops(fgraph, node):
     """A symbolic op (`INNER_REWRITES`) replaced by its inner graph."""
     return inline_ofg_node(node)
