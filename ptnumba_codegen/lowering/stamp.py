@@ -4,6 +4,13 @@ The single-purpose IR pass of the project (compare numba's ``core/fastmathpass.p
 around each rule, remember which instructions the function already had, then give every
 floating-point instruction the rule added exactly the flags of its class. The kernels
 are compiled with ``fastmath=False``, so nothing else adds flags afterwards.
+
+Integer instructions lose their overflow flags (`WRAPPING_OPNAMES`): numba emits signed
+``add``/``sub``/``mul`` with ``nsw``, which lets LLVM assume a signed overflow never
+happens. Once several ops are fused into one body it uses that across them: in
+``(x + 7) // d`` it decides the quotient's sign from ``x > -7``, so at ``x = 2**63 - 1``
+the floor division is adjusted the wrong way. The graph as written (one kernel per op,
+each result stored) and numpy wrap in two's complement; so do the generator's bodies.
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ from llvmlite import ir
 
 # The instructions numba's own fastmath pass flags, plus fneg.
 FLAGGED_OPNAMES = frozenset({"fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fcmp"})
+# Integer instructions whose ``nsw``/``nuw`` flags are dropped: they wrap, as numpy does.
+WRAPPING_OPNAMES = frozenset({"add", "sub", "mul", "shl"})
+OVERFLOW_FLAGS = frozenset({"nsw", "nuw"})
 
 
 def _is_float_type(ty) -> bool:
@@ -37,6 +47,8 @@ def set_flags(instr: ir.Instruction, flags: tuple[str, ...]) -> bool:
     if instr.opname in FLAGGED_OPNAMES:
         instr.flags[:] = list(flags)
         return True
+    if instr.opname in WRAPPING_OPNAMES:
+        instr.flags[:] = [f for f in instr.flags if f not in OVERFLOW_FLAGS]
     return False
 
 
