@@ -31,6 +31,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
 
+from ptnumba_codegen.analysis.classify import is_transcendental
 from ptnumba_codegen.analysis.kernel_programs import kernel_core, node_program
 from ptnumba_codegen.flags import TRANSCENDENTAL
 from ptnumba_codegen.lowering.loop import combine, chunk_axis, static_lengths
@@ -85,23 +86,31 @@ def may_chunk(node, parallel) -> bool:
     """Whether a kernel node's loop could ever run on threads under ``parallel`` (the
     graph-level bound the pass asks before starting the thread runtime): False only when its
     iteration space, the broadcast of every array it reads or writes, has a static size
-    below the lowest threshold `chunking_for` could give its body (every instruction
-    transcendental). Small models then never start the runtime (about 0.2 s of compile)."""
+    (an axis is static when some array's length on it is, other than 1)
+    below the lowest threshold `chunking_for` could give its body (every instruction of a
+    transcendental op outside every comparison cone). Small models then never start the runtime (about 0.2 s of compile)."""
     if not parallel.enabled:
         return False
     shapes = [v.type.shape for v in (*node.inputs, *node.outputs) if hasattr(v.type, "shape")]
     ndim = max((len(shape) for shape in shapes), default=0)
     dims = [1] * ndim
+    unknown = [False] * ndim
     for shape in shapes:
         for k, d in enumerate(shape, start=ndim - len(shape)):
             if d is None:
-                return True
-            dims[k] = max(dims[k], d)
+                unknown[k] = True
+            elif d != 1:
+                dims[k] = max(dims[k], d)
+    # an axis is as long as any array's static length other than 1 there (an array of
+    # unknown length on it broadcasts from 1 or has that length: anything else raises)
+    if any(u and d == 1 for u, d in zip(unknown, dims, strict=True)):
+        return True
     if kernel_core(node) is None:  # a reduction alone: no transcendental
         heavy = 0
     else:
         try:
-            heavy = len(node_program(node).instrs)  # at most this many transcendental
+            # at most this many instructions of the transcendental class (`classify.natural_class`)
+            heavy = sum(1 for instr in node_program(node).instrs if is_transcendental(instr.op))
         except Exception:  # noqa: BLE001 (no program: decide as if it could split)
             return True
     return math.prod(dims) >= max(1, parallel.min_elements // (1 + TRANSCENDENTAL_WEIGHT * heavy))

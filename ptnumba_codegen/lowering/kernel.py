@@ -24,6 +24,7 @@ from numba.core import types
 from numba.core.errors import TypingError
 from numba.core.registry import cpu_target
 from numba import njit
+from numba.core.dispatcher import Dispatcher
 from numba.extending import intrinsic, overload
 from numpy.lib.stride_tricks import as_strided
 
@@ -137,10 +138,8 @@ def compiled_or_stock(fn: Callable, fallback, name: str):
 
     @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
     def _kernel_overload(*inputs):
-        params = ", ".join(f"x{k}" for k in range(len(inputs)))
-        probe = njit(**KERNEL_JIT_OPTIONS)(define(f"def {name}({params}):\n    return fn({params})\n", fn=fn))
         try:
-            probe.compile(tuple(inputs))
+            compile_check(fn, name, tuple(inputs))
         except Exception as err:  # noqa: BLE001  (any failure of the code around our core)
             return call_stock(fallback, f"{name} failed to compile: {type(err).__name__}: {err}".splitlines()[0][:300])
 
@@ -150,6 +149,21 @@ def compiled_or_stock(fn: Callable, fallback, name: str):
         return impl
 
     return kernel
+
+
+def compile_check(fn, name: str, input_types: tuple) -> None:
+    """Compile ``fn`` for ``input_types`` or raise. A numba dispatcher compiles itself for
+    those types: the overload the impl calls afterwards is that same compiled function (its
+    dispatcher's cache), so the check costs nothing more. Any other callable is compiled
+    inside a probe function: that probe is a library of its own, optimized and turned into
+    machine code with ``fn`` linked in, which the impl never runs (for a large indexed
+    kernel, as much LLVM time as the kernel itself)."""
+    if isinstance(fn, Dispatcher):
+        fn.compile(input_types)
+        return
+    params = ", ".join(f"x{k}" for k in range(len(input_types)))
+    probe = njit(**KERNEL_JIT_OPTIONS)(define(f"def {name}({params}):\n    return fn({params})\n", fn=fn))
+    probe.compile(input_types)
 
 
 def define(src: str, **env):

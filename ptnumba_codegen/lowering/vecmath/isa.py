@@ -4,6 +4,8 @@ the attributes every vector function declaration gets."""
 
 from __future__ import annotations
 
+import functools
+
 from llvmlite import ir
 
 ISA_BITS = {"d": 256, "e": 512}
@@ -11,10 +13,17 @@ ISA_BITS = {"d": 256, "e": 512}
 
 def target_features() -> set[str]:
     from numba.core import config
+
+    return set(_features(config.CPU_FEATURES))
+
+
+@functools.cache
+def _features(configured: str | None) -> tuple[str, ...]:
+    """numba's target features (``NUMBA_CPU_FEATURES``, else the host's): asking LLVM for
+    the host's costs about 2 ms, and planning and emitting a model's kernels ask ~50 times."""
     from numba.core.codegen import get_host_cpu_features
 
-    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
-    return set(features.split(","))
+    return tuple((configured if configured is not None else get_host_cpu_features()).split(","))
 
 
 def target_isa() -> str | None:
