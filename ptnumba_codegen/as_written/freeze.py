@@ -65,6 +65,7 @@ from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.as_written.guards import add_overflow_guards
+from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import REASON, AsWritten
 from ptnumba_codegen.as_written.value_moves import spell_like_the_rest
 from ptnumba_codegen.as_written.decisions import (
@@ -200,6 +201,7 @@ def inline(fgraph, node):
     if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
     dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
+    dfs_rewriter(mark_pows).rewrite(graph)  # libm reads constant operands as the reference does
     outs = rebuild(graph, node.inputs)
     for old, new in zip(node.outputs, outs, strict=True):
         new.name = old.name
