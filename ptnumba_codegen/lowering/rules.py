@@ -270,6 +270,11 @@ def _int_exponent(t: Typed) -> bool:
     return isinstance(t.inputs[1], types.Integer | types.Boolean)
 
 
+def _narrower_float(ty, out) -> bool:
+    """A float type other than the float output's (float32 against float64)."""
+    return isinstance(ty, types.Float) and isinstance(out, types.Float) and ty != out
+
+
 def _switch(context, builder, t, args):
     cond = context.is_true(builder, t.inputs[0], args[0])
     x = _cast(context, builder, args[1], t.inputs[1], t.outputs[0])
@@ -413,8 +418,10 @@ RULES: dict[type, Rule] = {
             lambda t: "int" if _int_exponent(t) else "float",
         ),
         # a float base of the output's dtype keeps stock's integer power for an integer
-        # exponent (x**3 is x*x*x); an integer or narrower base is cast
-        applies=lambda t: t.inputs[0] != t.outputs[0],
+        # exponent (x**3 is x*x*x); an integer or narrower base is cast, and so is a
+        # narrower float exponent (numba converts it to the base's dtype before llvm.pow
+        # too: x ** float32(-0.5) is pow(x, -0.5)), so that pow's lanes take it
+        applies=lambda t: t.inputs[0] != t.outputs[0] or _narrower_float(t.inputs[1], t.outputs[0]),
     ),
     ps.IntDiv: in_output_dtype(
         _pick({"float": python(None, for_input=_floor_divide_float), "other": ufunc(np.floor_divide)}, _float_result)
