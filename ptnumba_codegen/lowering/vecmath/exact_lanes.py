@@ -10,8 +10,9 @@ sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those
   a CPU with FMA and AVX2): ``kd = fma(x, N/ln2, shift)``, ``r = fma(kd', -ln2hi/N, x)``,
   ``r = fma(kd', -ln2lo/N, r)``, the table's scale and tail at ``kd mod 128``, the degree-5
   polynomial in the order and with the fused multiply-adds of that build, ``scale + scale
-  * tmp`` as one fma. Lanes outside libm's fast path (``|x| < 2^-54``, ``|x| >= 512``, inf,
-  NaN) make the whole vector call libm lane by lane, as a lane call does.
+  * tmp`` as one fma; below the fast path (``|x| < 2^-54``, zero among them) libm's
+  ``1 + x``. Lanes above it (``|x| >= 512``, inf, NaN) make the whole vector call libm lane
+  by lane, as a lane call does.
 * ``log`` (float64), glibc 2.36's ``__log_fma`` (e_log.c): the table path (``r = fma(z,
   1/c, -1)``, 128 (1/c, log c) pairs) and the near-1 polynomial, each computed only for a
   vector with lanes that take it; zero, negative, subnormal, inf, NaN lanes call libm.
@@ -106,11 +107,13 @@ def _glibc_exp_fast(b: ir.IRBuilder, x, data: ExpData, table: ir.GlobalVariable,
     return _fma(b, scale, tmp, scale)
 
 
-def _glibc_exp_special(b: ir.IRBuilder, x):
-    """Lanes outside __exp's fast path: top 12 bits of |x| not in [0x3c9, 0x3c9 + 0x3e]."""
+def _glibc_exp_tiny_big(b: ir.IRBuilder, x):
+    """The lanes below __exp's (and exp_inline's) fast path, |x| < 2^-54 (top 12 bits of
+    |x| below 0x3c9), where glibc returns 1 + x; and those above it, |x| >= 512, inf, NaN
+    (from 0x3c9 + 0x3f on), its special case."""
     ity = ir.VectorType(_I64, x.type.count)
     abstop = b.and_(b.lshr(b.bitcast(x, ity), _splat(ity, 52)), _splat(ity, 0x7FF))
-    return b.icmp_unsigned(">", b.sub(abstop, _splat(ity, 0x3C9)), _splat(ity, 0x3E))
+    return b.icmp_unsigned("<", abstop, _splat(ity, 0x3C9)), b.icmp_unsigned(">=", abstop, _splat(ity, 0x3C9 + 0x3F))
 
 
 def _table(module: ir.Module, name: str, words: tuple[int, ...]) -> ir.GlobalVariable:
@@ -130,11 +133,13 @@ def _build_glibc_exp(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     fast_bb = fn.append_basic_block("fast")
     slow_bb = fn.append_basic_block("slow")
     b = ir.IRBuilder(entry)
-    special = _glibc_exp_special(b, x)
-    any_special = b.icmp_unsigned("!=", b.bitcast(special, ir.IntType(x.type.count)), ir.IntType(x.type.count)(0))
-    b.cbranch(any_special, slow_bb, fast_bb)
+    # |x| >= 512 (or inf, NaN) is __exp's special case (libm's lanes); |x| < 2^-54 returns
+    # 1.0 + x (WANT_ROUNDING): x == 0, PyMC's initial points, stays on the vector code
+    tiny, big = _glibc_exp_tiny_big(b, x)
+    b.cbranch(_any(b, big), slow_bb, fast_bb)
     b.position_at_end(fast_bb)
-    b.ret(_glibc_exp_fast(b, x, data, _table(module, "ptnumba_glibc_exp_tab", data.tab)))
+    fast = _glibc_exp_fast(b, x, data, _table(module, "ptnumba_glibc_exp_tab", data.tab))
+    b.ret(b.select(tiny, b.fadd(_splat(x.type, 1.0), x), fast))
     b.position_at_end(slow_bb)
     b.ret(lane_by_lane(b, libm, x))
 
@@ -297,9 +302,8 @@ def _build_glibc_pow(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     elo = _fma(b, y, lo, _fma(b, y, hi, b.fneg(ehi)))
     # exp_inline: |ehi| >= 512 (or inf, NaN) is its special case (libm's lanes); |ehi| <
     # 2^-54 returns 1.0 + ehi (WANT_ROUNDING; sign_bias is 0 here): x == 1 gives 1.0
-    abstop = b.and_(b.lshr(b.bitcast(ehi, ity), _splat(ity, 52)), _splat(ity, 0x7FF))
-    tiny = b.icmp_unsigned("<", abstop, _splat(ity, 0x3C9))
-    b.cbranch(_any(b, b.icmp_unsigned(">=", abstop, _splat(ity, 0x3C9 + 0x3F))), slow_bb, exp_bb)
+    tiny, big = _glibc_exp_tiny_big(b, ehi)
+    b.cbranch(_any(b, big), slow_bb, exp_bb)
     b.position_at_end(exp_bb)
     fast = _glibc_exp_fast(b, ehi, data.exp, _table(module, "ptnumba_glibc_exp_tab", data.exp.tab), xtail=elo)
     b.ret(b.select(tiny, b.fadd(_splat(ehi.type, 1.0), ehi), fast))
@@ -399,7 +403,10 @@ def probe_inputs(symbol: str) -> np.ndarray:
     mags = np.exp2(rng.uniform(-60, 10, 60_000)) * rng.choice([-1.0, 1.0], 60_000)
     wide = rng.uniform(-760.0, 720.0, 60_000)
     unit = rng.uniform(-1.0, 1.0, 20_000)
-    vals = np.concatenate([near_k, half, np.nextafter(half, np.inf), np.nextafter(half, -np.inf), around, specials, mags, wide, unit])
+    # below the fast path (1 + x): zeros and tiny values in whole vectors, then mixed in
+    tiny = np.concatenate([np.zeros(400), -np.zeros(400), np.exp2(rng.uniform(-1074, -54, 20_000)) * rng.choice([-1.0, 1.0], 20_000)])
+    tiny = np.concatenate([tiny, rng.permutation(np.concatenate([tiny[:4000], unit[:4000]]))])
+    vals = np.concatenate([near_k, half, np.nextafter(half, np.inf), np.nextafter(half, -np.inf), around, specials, mags, wide, unit, tiny])
     return np.ascontiguousarray(vals, dtype=np.float64)
 
 
