@@ -639,3 +639,34 @@ def test_the_inlined_copy_calls_libm_pow_in_the_final_ir():
         for table in parse(text):
             compared = [i for i in table.values() if i.opcode == "fcmp"]
             assert not any(table.get(op) is not None and table[op].opcode == "fmul" for i in compared for op in i.operands)
+
+
+def test_copies_put_back_leave_no_node_twice():
+    """PyMC's stochastic-volatility checks (``lam = exp(-2 * volatility)``, StudentT's
+    ``sigma = lam ** -0.5`` and ``sigma ** -2 > 0``, each a decision of its own) are three
+    copies reading the same slice of the inputs: put back, their chains merged only in
+    part (the MergeFeature attached since merge1 had not scheduled them), and one kernel
+    computed the slice's exp and pow twice. `value_moves.fresh_merge` merges them: no two
+    nodes of the compiled graph apply the same op to the same inputs."""
+    pm = pytest.importorskip("pymc")
+    change = np.random.default_rng(0).standard_t(4, 300) * 0.01
+    with pm.Model() as model:
+        step_size = pm.Exponential("step_size", 10)
+        vol = pm.GaussianRandomWalk("volatility", sigma=step_size, shape=300, init_dist=pm.Normal.dist(0, 100))
+        nu = pm.Exponential("nu", 0.1)
+        pm.StudentT("returns", nu=nu, lam=pm.math.exp(-2 * vol), observed=change)
+    fns = {
+        p: model.logp_dlogp_function(ravel_inputs=True, mode=ptnumba_codegen.policy_mode(p))._pytensor_function
+        for p in ("as_written", "default")
+    }
+    seen, twice = set(), []
+    for node in fns["as_written"].maker.fgraph.toposort():
+        key = (node.op, tuple(node.inputs))
+        if key in seen:
+            twice.append(str(node))
+        seen.add(key)
+    assert not twice
+    assert inlined(fns["as_written"])
+    point = np.random.default_rng(1).normal(0.0, 0.3, 302)
+    for got, want in zip(fns["as_written"](point), fns["default"](point), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9)

@@ -67,7 +67,7 @@ from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import REASON, AsWritten
-from ptnumba_codegen.as_written.value_moves import spell_like_the_rest
+from ptnumba_codegen.as_written.value_moves import fresh_merge, spell_like_the_rest
 from ptnumba_codegen.as_written.decisions import (
     EXACT_OPS,
     INNER_GRAPH_OPS,
@@ -158,6 +158,8 @@ class InlineAsWritten(GraphRewriter):
                         put_back.extend(done[1])
         spell_like_the_rest(fgraph, [v for v in put_back if v in fgraph.clients])
         read_copies_in_the_rest(fgraph)
+        if put_back:
+            fresh_merge(fgraph)  # what the rest now reads of the copies, and chains left equal
         if inlined:
             setattr(fgraph, INLINED_ATTR, inlined)
             log.info("policy %s: %d as-written cop(ies) inlined into the kernels", inlined[0][0], len(inlined))
