@@ -670,3 +670,14 @@ def test_copies_put_back_leave_no_node_twice():
     point = np.random.default_rng(1).normal(0.0, 0.3, 302)
     for got, want in zip(fns["as_written"](point), fns["default"](point), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-9)
+
+
+def test_a_copys_pow_is_named_pow_by_policies():
+    """`PowAsWritten` is pow for ``[ops.Pow]`` (and no name of its own a policy could use)."""
+    from ptnumba_codegen.analysis.program import from_scalar_op
+    from ptnumba_codegen.as_written.libm_operands import pow_as_written
+    from ptnumba_codegen.policy import known_op_names
+
+    program = from_scalar_op(pow_as_written, ("float64", "float32"), ("float64",))
+    assert [i.op_name for i in program.instrs] == ["Pow"]
+    assert "Pow" in known_op_names() and "PowAsWritten" not in known_op_names()
