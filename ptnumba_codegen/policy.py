@@ -260,12 +260,13 @@ def known_op_names() -> frozenset[str]:
     import pytensor.scalar.math  # noqa: F401
     from pytensor.scalar.basic import ScalarOp
 
-    names, todo = set(), [ScalarOp]
+    names, seen, todo = set(), set(), [ScalarOp]
     while todo:
         cls = todo.pop()
         for sub in cls.__subclasses__():
-            if sub.__name__ not in names:
-                names.add(sub.__name__)
+            if sub not in seen:  # a class that names itself as another op adds that op's name
+                seen.add(sub)
+                names.add(getattr(sub, "policy_op_name", sub.__name__))
                 todo.append(sub)
     return frozenset(names)
 

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import math
 import pickle
+import re
 
 import numpy as np
 import pytensor
@@ -23,7 +24,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.op import RandomVariable
 
 import ptnumba_codegen
-from conftest import assert_same_bits, compile_fn
+from conftest import assert_same_bits, compile_fn, final_ir
 from ptnumba_codegen.as_written.freeze import INLINED_ATTR, AsWrittenPass
 from ptnumba_codegen.as_written.op import AsWritten
 from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_fn
@@ -555,16 +556,128 @@ def test_a_copy_holding_allocdiag_compiles_and_keeps_the_references_bits():
         assert_same_bits(r, e)
 
 
-@pytest.mark.xfail(strict=True, reason="open: the reference calls libm pow(x, 2.0) on an array operand; "
-                   "the inlined copy's constant exponent is fused into the kernel, where LLVM rewrites the "
-                   "strict call to x * x (glibc's pow is not correctly rounded: 1-ulp ties flip)")
 def test_a_constant_exponent_that_llvm_rewrites_is_decided_as_written():
-    """Found this stop: ``le(x ** 2.0, b)`` at ties ``b = x * x`` and one ulp either side.
-    Known, not yet fixed; the exponents concerned are those LLVM rewrites without fast-math
-    (2.0, -1.0, 0.5, 1.0, 0.0)."""
+    """Found at an earlier stop: ``le(x ** 2.0, b)`` at ties ``b = x * x`` and one ulp either
+    side flipped at 61 of 100k points: the reference calls libm's pow(x, 2.0) on an array
+    operand; the inlined copy fused the constant into the kernel, where LLVM rewrote the
+    strict call to ``x * x`` (glibc's pow is not correctly rounded). The copy's pow now
+    reads its constant as a value (`as_written.libm_operands`)."""
     x, b = pt.vectors("x", "b")
     outs = [pt.le(x**2.0, b)]
     fn, ref = (compile_fn([x, b], outs, k, cache_key="pow_two_tie") for k in ("policy_as_written", "unoptimized_strict"))
-    xv = np.random.default_rng(0).gamma(2.0, 1.0, 20_000)
+    xv = np.random.default_rng(0).gamma(2.0, 1.0, 100_000)
     for bv in (xv * xv, np.nextafter(xv * xv, np.inf), np.nextafter(xv * xv, -np.inf)):
         np.testing.assert_array_equal(fn(xv, bv)[0], ref(xv, bv)[0])
+
+
+POW_SPECIAL_BASES = np.array(
+    [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-310, -1e-310, 2.2250738585072014e-308,
+     1.7976931348623157e308, -1.7976931348623157e308, 1.0, -1.0, -2.5, -3.0, 0.5, 2.0, 1e-160, 1e160]
+)  # fmt: skip
+POW_CONSTANT_EXPONENTS = (2.0, -1.0, 0.5, -0.5, 1.0, 0.0, 3.0, -2.0)
+
+
+def _pow_bases(dtype):
+    rng = np.random.default_rng(7)
+    with np.errstate(over="ignore"):
+        special = POW_SPECIAL_BASES.astype(dtype)
+    if dtype == "float32":
+        special = np.concatenate([special, np.array([1e-45, -1e-45, 1e-40, 3.4028235e38, 1.1754944e-38], dtype)])
+    draws = [rng.gamma(2.0, 1.0, 40_000), -rng.gamma(2.0, 1.0, 2_000), np.exp2(rng.uniform(-1074, 1023, 4_000))]
+    with np.errstate(over="ignore"):
+        return np.concatenate([np.resize(special, 4_000), *(d.astype(dtype) for d in draws)])
+
+
+@pytest.mark.parametrize("backend", ["policy_as_written", "policy_as_written_opaque"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("c", POW_CONSTANT_EXPONENTS)
+def test_constant_exponents_decide_as_written_at_ties_and_special_values(c, dtype, backend):
+    """``x ** c`` for the exponents LLVM rewrites without fast-math (2, -1, 0.5, 1, 0) or
+    with (-0.5, 3, -2, which the policy may not give it in a cone), a float32 constant
+    (upcast to float64 for a float64 base, as the reference does) or one of the base's
+    dtype: every decision equals the graph as written at ties (``b`` is libm's own value
+    and one ulp either side) and at +-0, +-inf, NaN, subnormals, huge and negative bases;
+    inlined into the kernels and compiled on its own."""
+    x, b = pt.vector("x", dtype=dtype), pt.vector("b", dtype=dtype)
+    p = x ** pt.constant(c, dtype="float32")
+    outs = [pt.le(p, b), pt.ge(p, b), pt.eq(p, b), pt.gt(p, 0.0), pt.isnan(p), pt.isinf(p)]
+    key = f"pow_const_{c}_{dtype}"
+    fn = compile_fn([x, b], outs, backend, cache_key=key)
+    ref = compile_fn([x, b], outs, "unoptimized_strict", cache_key=key)
+    assert frozen(fn) or inlined(fn)
+    xv = _pow_bases(dtype)
+    with np.errstate(all="ignore"):
+        pv = np.power(xv, np.asarray(c, dtype=dtype))  # libm's pow (numpy calls it)
+        ties = (pv, np.nextafter(pv, np.inf), np.nextafter(pv, -np.inf))
+    for bv in (*ties, np.zeros_like(xv), xv):
+        for k, (g, w) in enumerate(zip(fn(xv, bv), ref(xv, bv), strict=True)):
+            np.testing.assert_array_equal(g, w, err_msg=f"output {k}")
+
+
+def test_the_inlined_copy_calls_libm_pow_in_the_final_ir():
+    """The constant exponent reaches pow as a value in the final optimized IR (an empty
+    asm, hoisted out of the loop): the cone calls pow (libm's, or its exact lanes) and
+    has no ``fmul`` standing for ``x * x``; the rest of the graph, outside any cone,
+    keeps PyTensor's ``sqr``."""
+    from irtools import functions, parse
+
+    x, b = pt.vectors("x", "b")
+    outs = [pt.le(x**2.0, b), (x**2.0).sum()]
+    fn = compile_fn([x, b], outs, "policy_as_written", cache_key="pow_two_ir", inspect_ir=True)
+    assert inlined(fn)
+    xv = np.random.default_rng(1).gamma(2.0, 1.0, 1000)
+    ref = compile_fn([x, b], outs, "unoptimized_strict", cache_key="pow_two_ir")
+    for got, want in zip(fn(xv, xv * xv), ref(xv, xv * xv), strict=True):
+        np.testing.assert_allclose(got, want)
+    ir_text = final_ir(fn)
+    calls = re.findall(r"call [^\n]*@(pow|llvm\.pow\.f64|ptnumba_exact\d+_pow|ptnumba_libm_pow)\(", ir_text)
+    assert calls, "the cone's pow was folded"
+    assert 'asm "", "=r,0"' in ir_text
+    deciding = [f for f in functions(ir_text) if re.search(r"@(pow|llvm\.pow\.f64|ptnumba_exact\d+_pow|ptnumba_libm_pow)\(", f) and "fcmp" in f]
+    assert deciding
+    for text in deciding:
+        for table in parse(text):
+            compared = [i for i in table.values() if i.opcode == "fcmp"]
+            assert not any(table.get(op) is not None and table[op].opcode == "fmul" for i in compared for op in i.operands)
+
+
+def test_copies_put_back_leave_no_node_twice():
+    """PyMC's stochastic-volatility checks (``lam = exp(-2 * volatility)``, StudentT's
+    ``sigma = lam ** -0.5`` and ``sigma ** -2 > 0``, each a decision of its own) are three
+    copies reading the same slice of the inputs: put back, their chains merged only in
+    part (the MergeFeature attached since merge1 had not scheduled them), and one kernel
+    computed the slice's exp and pow twice. `value_moves.fresh_merge` merges them: no two
+    nodes of the compiled graph apply the same op to the same inputs."""
+    pm = pytest.importorskip("pymc")
+    change = np.random.default_rng(0).standard_t(4, 300) * 0.01
+    with pm.Model() as model:
+        step_size = pm.Exponential("step_size", 10)
+        vol = pm.GaussianRandomWalk("volatility", sigma=step_size, shape=300, init_dist=pm.Normal.dist(0, 100))
+        nu = pm.Exponential("nu", 0.1)
+        pm.StudentT("returns", nu=nu, lam=pm.math.exp(-2 * vol), observed=change)
+    fns = {
+        p: model.logp_dlogp_function(ravel_inputs=True, mode=ptnumba_codegen.policy_mode(p))._pytensor_function
+        for p in ("as_written", "default")
+    }
+    seen, twice = set(), []
+    for node in fns["as_written"].maker.fgraph.toposort():
+        key = (node.op, tuple(node.inputs))
+        if key in seen:
+            twice.append(str(node))
+        seen.add(key)
+    assert not twice
+    assert inlined(fns["as_written"])
+    point = np.random.default_rng(1).normal(0.0, 0.3, 302)
+    for got, want in zip(fns["as_written"](point), fns["default"](point), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+
+
+def test_a_copys_pow_is_named_pow_by_policies():
+    """`PowAsWritten` is pow for ``[ops.Pow]`` (and no name of its own a policy could use)."""
+    from ptnumba_codegen.analysis.program import from_scalar_op
+    from ptnumba_codegen.as_written.libm_operands import pow_as_written
+    from ptnumba_codegen.policy import known_op_names
+
+    program = from_scalar_op(pow_as_written, ("float64", "float32"), ("float64",))
+    assert [i.op_name for i in program.instrs] == ["Pow"]
+    assert "Pow" in known_op_names() and "PowAsWritten" not in known_op_names()

@@ -81,6 +81,19 @@ def test_vector_exp_equals_libm_at_the_fast_path_edges_in_mixed_vectors():
     assert _same_bits(got, want).all()
 
 
+def test_vector_exp_computes_libms_tiny_case_in_whole_and_mixed_vectors():
+    """Below the fast path (``|x| < 2^-54``: zeros, subnormals, PyMC's initial points) glibc
+    returns ``1 + x``; the vector code computes it instead of calling libm for the vector:
+    whole vectors of them, and mixed with fast-path lanes, across the 2^-54 edge."""
+    rng = np.random.default_rng(3)
+    tiny = np.concatenate([np.zeros(64), -np.zeros(64), [5e-324, -5e-324, 2.0**-54, -(2.0**-54)]])
+    tiny = np.concatenate([tiny, np.nextafter(tiny[-2:], 0.0), np.exp2(rng.uniform(-1074, -53, 40_000)) * rng.choice([-1.0, 1.0], 40_000)])
+    xs = np.concatenate([tiny, rng.permutation(np.concatenate([tiny, rng.uniform(-30, 30, tiny.size)]))])
+    got = exact_lanes._run_compiled("exp", LANES, DATA, xs)
+    want = exact_lanes.libm_reference("exp", xs[: len(got)])
+    assert _same_bits(got, want).all(), xs[: len(got)][~_same_bits(got, want)][:5]
+
+
 def test_self_check_refuses_a_table_word_one_unit_off():
     """Data that looks right (it passes the table's shape check) but is not libm's must be
     refused: the self-check compares bits, not closeness. (A polynomial coefficient one

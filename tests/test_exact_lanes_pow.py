@@ -80,8 +80,25 @@ def test_probes_run_the_vector_code_on_most_vectors():
     with np.errstate(all="ignore"):
         t = y * np.log(x)
     main = (x >= 2.2250738585072014e-308) & np.isfinite(x) & (np.abs(y) >= 2.0**-65) & (np.abs(y) < 2.0**63)
-    main &= (np.abs(t) >= 2.0**-54) & (np.abs(t) < 512)
+    main &= np.abs(t) < 512
     assert main.reshape(-1, LANES).all(axis=1).mean() > 0.5
+    tiny = (np.abs(t) < 2.0**-54).reshape(-1, LANES)  # exp_inline's tiny case, on the vector code too
+    assert tiny[main.reshape(-1, LANES).all(axis=1)].sum() > 10_000
+
+
+def test_vector_pow_takes_exp_inlines_tiny_case_with_libms_bits():
+    """``|y log x| < 2^-54`` (x == 1 among them: PyMC's initial points) is ``1 + y log x`` in
+    glibc's exp_inline: the vector code computes it instead of calling libm for the vector;
+    across the 2^-54 edge, in whole vectors and mixed with the fast path."""
+    rng = np.random.default_rng(21)
+    x = np.concatenate([np.ones(4000), 1.0 + rng.uniform(-1e-12, 1e-12, 200_000), np.nextafter(1.0, rng.choice([0.0, 2.0], 20_000))])
+    y = np.concatenate([rng.uniform(-1e6, 1e6, 4000), rng.uniform(-1e-4, 1e-4, 200_000), rng.uniform(-1e3, 1e3, 20_000)])
+    _assert_libm_bits(x, y)
+    with np.errstate(all="ignore"):
+        t = np.abs(y * np.log(x))
+    assert (t < 2.0**-54).sum() > 50_000 and (t >= 2.0**-54).sum() > 20_000
+    mixed = rng.permutation(np.concatenate([np.stack([x[:8000], y[:8000]]), np.stack([rng.gamma(2.0, 1.0, 8000), rng.uniform(-3, 3, 8000)])], axis=1).T).T
+    _assert_libm_bits(*mixed)
 
 
 @pytest.mark.parametrize("yv", [-1.0, 2.0, 0.5, -0.5, 3.0, -2.0, 1.5, 1 / 3, 0.1, -7.0, 100.0])

@@ -23,7 +23,9 @@ class Instr:
 
     @property
     def op_name(self) -> str:
-        return type(self.op).__name__
+        """The name policies give the op (``[ops.<name>]``): its class's, unless the class
+        says it is another op's (`as_written.libm_operands.PowAsWritten` is ``Pow``)."""
+        return getattr(type(self.op), "policy_op_name", type(self.op).__name__)
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,9 @@ from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.as_written.guards import add_overflow_guards
+from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import REASON, AsWritten
-from ptnumba_codegen.as_written.value_moves import spell_like_the_rest
+from ptnumba_codegen.as_written.value_moves import fresh_merge, spell_like_the_rest
 from ptnumba_codegen.as_written.decisions import (
     EXACT_OPS,
     INNER_GRAPH_OPS,
@@ -157,6 +158,8 @@ class InlineAsWritten(GraphRewriter):
                         put_back.extend(done[1])
         spell_like_the_rest(fgraph, [v for v in put_back if v in fgraph.clients])
         read_copies_in_the_rest(fgraph)
+        if put_back:
+            fresh_merge(fgraph)  # what the rest now reads of the copies, and chains left equal
         if inlined:
             setattr(fgraph, INLINED_ATTR, inlined)
             log.info("policy %s: %d as-written cop(ies) inlined into the kernels", inlined[0][0], len(inlined))
@@ -200,6 +203,7 @@ def inline(fgraph, node):
     if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
     dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
+    dfs_rewriter(mark_pows).rewrite(graph)  # libm reads constant operands as the reference does
     outs = rebuild(graph, node.inputs)
     for old, new in zip(node.outputs, outs, strict=True):
         new.name = old.name

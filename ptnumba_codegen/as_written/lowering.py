@@ -42,6 +42,7 @@ from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
 from ptnumba_codegen.as_written.freeze import fold_exact_constants
 from ptnumba_codegen.as_written.guards import add_overflow_guards
+from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import AsWritten
 from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
@@ -59,6 +60,9 @@ INNER_REWRITES = {
     "of constants; no arithmetic is evaluated",
     "composite_elemwise_fusion": "fuses chains of Elemwise nodes into one Composite loop; "
     "each scalar op keeps its inputs, dtype and place, only intermediate arrays disappear",
+    "mark_pows": "a pow with a constant operand becomes PowAsWritten, the same pow whose "
+    "constant operands reach libm as values (as the reference reads them from arrays), not "
+    "folded into a call LLVM rewrites (as_written.libm_operands)",
     "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
     "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
     "settled, growing a structural-equation model's copy past 10 GB): the reference runs such an "
@@ -94,6 +98,7 @@ def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
             (MergeOptimizer(), MERGE_POSITION),
             (dfs_rewriter(fold_exact_constants), MERGE_POSITION + 0.01),
             (dfs_rewriter(inline_symbolic_ops), MERGE_POSITION + 0.02),
+            (dfs_rewriter(mark_pows), MERGE_POSITION + 0.03),
             (FusionOptimizer(), FUSION_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
         )

@@ -45,3 +45,17 @@ def spell_like_the_rest(fgraph, outputs) -> None:
         return
     in2out(*VALUE_MOVE_REWRITES, ignore_newtrees=False).apply(fgraph, start_from=outputs)
     MergeOptimizer().rewrite(fgraph)
+
+
+def fresh_merge(fgraph) -> None:
+    """Merge with a new `MergeFeature`, which looks at every node as it is now. The one
+    attached since ``merge1`` only examines the nodes it scheduled when they were imported
+    or changed, and keeps a blacklist of merges that failed then: after the copies are put
+    back (`freeze.InlineAsWritten`), identical chains were left unmerged (the same slice of
+    the same input, its exp and its pow, twice in the stochastic-volatility model's checks:
+    one kernel computed them twice)."""
+    old = getattr(fgraph, "merge_feature", None)
+    if old is not None:
+        fgraph.remove_feature(old)
+        del fgraph.merge_feature  # MergeFeature.on_detach leaves it: a new one would refuse to attach
+    MergeOptimizer().rewrite(fgraph)

@@ -58,7 +58,9 @@ from ptnumba_codegen.lowering.formulas import (
     _softplus_uint,
     _uint_sign,
 )
+from ptnumba_codegen.as_written.libm_operands import PowAsWritten
 from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
+from ptnumba_codegen.lowering.vecmath.isa import mark_pure
 from ptnumba_codegen.lowering.vecmath.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
 from ptnumba_codegen.lowering.vecmath.libmvec import (
     FORMULA_ULP,
@@ -72,6 +74,7 @@ from ptnumba_codegen.lowering.vecmath.libmvec import (
     softplus_formula,
     trigamma_formula,
     emit_vector,
+    is_constant,
     vector_dtype,
     vector_form,
 )
@@ -275,6 +278,11 @@ def _int_exponent(t: Typed) -> bool:
     return isinstance(t.inputs[1], types.Integer | types.Boolean)
 
 
+def _narrower_float(ty, out) -> bool:
+    """A float type other than the float output's (float32 against float64)."""
+    return isinstance(ty, types.Float) and isinstance(out, types.Float) and ty != out
+
+
 def _switch(context, builder, t, args):
     cond = context.is_true(builder, t.inputs[0], args[0])
     x = _cast(context, builder, args[1], t.inputs[1], t.outputs[0])
@@ -418,8 +426,10 @@ RULES: dict[type, Rule] = {
             lambda t: "int" if _int_exponent(t) else "float",
         ),
         # a float base of the output's dtype keeps stock's integer power for an integer
-        # exponent (x**3 is x*x*x); an integer or narrower base is cast
-        applies=lambda t: t.inputs[0] != t.outputs[0],
+        # exponent (x**3 is x*x*x); an integer or narrower base is cast, and so is a
+        # narrower float exponent (numba converts it to the base's dtype before llvm.pow
+        # too: x ** float32(-0.5) is pow(x, -0.5)), so that pow's lanes take it
+        applies=lambda t: t.inputs[0] != t.outputs[0] or _narrower_float(t.inputs[1], t.outputs[0]),
     ),
     ps.IntDiv: in_output_dtype(
         _pick({"float": python(None, for_input=_floor_divide_float), "other": ufunc(np.floor_divide)}, _float_result)
@@ -464,6 +474,46 @@ RULES: dict[type, Rule] = {
     psm.Erfc: vector_form(python(_erfc), ("erfc",), None, erfc_formula),
     ScalarLoop: Rule(_scalar_loop, "scalar_loop", multi_output=True),
 }
+
+def _opaque(builder: ir.IRBuilder, value):
+    """``value`` moved through an empty inline ``asm``: the same bits, which LLVM can no
+    longer fold (no side effects and no memory: LLVM hoists it out of the loop)."""
+    if isinstance(value.type, ir.DoubleType | ir.FloatType):
+        ity = ir.IntType(64 if isinstance(value.type, ir.DoubleType) else 32)
+        moved = builder.asm(ir.FunctionType(ity, [ity]), "", "=r,0", [builder.bitcast(value, ity)], False, "libm_operand")
+        mark_pure(moved)
+        return builder.bitcast(moved, value.type)
+    moved = builder.asm(ir.FunctionType(value.type, [value.type]), "", "=r,0", [value], False, "libm_operand")
+    mark_pure(moved)
+    return moved
+
+
+def libm_operands(rule: Rule) -> Rule:
+    """``rule`` with every constant operand of a strict instruction moved through `_opaque`
+    first: libm gets it as a value, as the reference passes it from an array, and LLVM
+    cannot rewrite the call (``pow(x, 2.0)`` to ``x * x``; `as_written.libm_operands`).
+    An instruction with flags keeps them and its constants (LLVM may rewrite it: whatever
+    let it have flags covers every implementation); an integer exponent keeps numba's
+    integer power, the same multiplications folded or not."""
+
+    def plan(t: Typed) -> Emitter:
+        emitter = rule(t)
+        if t.flags or _int_exponent(t):
+            return emitter
+
+        def hide(emit):
+            def emit_hidden(context, builder, args, flags):
+                return emit(context, builder, [_opaque(builder, a) if is_constant(a) else a for a in args], flags)
+
+            return emit_hidden
+
+        return emitter.wrapped(hide)
+
+    return dataclasses.replace(rule, plan=plan, kind=f"{rule.kind} (libm operands)")
+
+
+RULES[PowAsWritten] = libm_operands(RULES[ps.Pow])
+
 
 def stock_call(op):
     """Call the stock backend's own numba function for this scalar op from the kernel.

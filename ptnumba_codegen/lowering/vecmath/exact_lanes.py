@@ -10,15 +10,17 @@ sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those
   a CPU with FMA and AVX2): ``kd = fma(x, N/ln2, shift)``, ``r = fma(kd', -ln2hi/N, x)``,
   ``r = fma(kd', -ln2lo/N, r)``, the table's scale and tail at ``kd mod 128``, the degree-5
   polynomial in the order and with the fused multiply-adds of that build, ``scale + scale
-  * tmp`` as one fma. Lanes outside libm's fast path (``|x| < 2^-54``, ``|x| >= 512``, inf,
-  NaN) make the whole vector call libm lane by lane, as a lane call does.
+  * tmp`` as one fma; below the fast path (``|x| < 2^-54``, zero among them) libm's
+  ``1 + x``. Lanes above it (``|x| >= 512``, inf, NaN) make the whole vector call libm lane
+  by lane, as a lane call does.
 * ``log`` (float64), glibc 2.36's ``__log_fma`` (e_log.c): the table path (``r = fma(z,
   1/c, -1)``, 128 (1/c, log c) pairs) and the near-1 polynomial, each computed only for a
   vector with lanes that take it; zero, negative, subnormal, inf, NaN lanes call libm.
 * ``pow`` (float64, two arguments), glibc 2.36's ``__pow_fma`` (e_pow.c) on its main path:
   ``log_inline`` on pow's own log table, ``exp_inline`` (exp's fast path plus a tail) on
-  exp's table; a lane with x not positive normal, |y| outside [2^-65, 2^63), or |y log x|
-  outside [2^-54, 512) makes the vector call libm.
+  exp's table, and exp_inline's tiny case (``1 + y log x`` below 2^-54: x == 1); a lane with
+  x not positive normal, |y| outside [2^-65, 2^63), or |y log x| >= 512 makes the vector
+  call libm.
 
 Constants and tables come from this process's libm (`libm_data`). Before the first use (once
 per process, entry and vector width, 0.2 to 1 s) the vector code is compiled on its own and
@@ -105,11 +107,13 @@ def _glibc_exp_fast(b: ir.IRBuilder, x, data: ExpData, table: ir.GlobalVariable,
     return _fma(b, scale, tmp, scale)
 
 
-def _glibc_exp_special(b: ir.IRBuilder, x):
-    """Lanes outside __exp's fast path: top 12 bits of |x| not in [0x3c9, 0x3c9 + 0x3e]."""
+def _glibc_exp_tiny_big(b: ir.IRBuilder, x):
+    """The lanes below __exp's (and exp_inline's) fast path, |x| < 2^-54 (top 12 bits of
+    |x| below 0x3c9), where glibc returns 1 + x; and those above it, |x| >= 512, inf, NaN
+    (from 0x3c9 + 0x3f on), its special case."""
     ity = ir.VectorType(_I64, x.type.count)
     abstop = b.and_(b.lshr(b.bitcast(x, ity), _splat(ity, 52)), _splat(ity, 0x7FF))
-    return b.icmp_unsigned(">", b.sub(abstop, _splat(ity, 0x3C9)), _splat(ity, 0x3E))
+    return b.icmp_unsigned("<", abstop, _splat(ity, 0x3C9)), b.icmp_unsigned(">=", abstop, _splat(ity, 0x3C9 + 0x3F))
 
 
 def _table(module: ir.Module, name: str, words: tuple[int, ...]) -> ir.GlobalVariable:
@@ -129,11 +133,13 @@ def _build_glibc_exp(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     fast_bb = fn.append_basic_block("fast")
     slow_bb = fn.append_basic_block("slow")
     b = ir.IRBuilder(entry)
-    special = _glibc_exp_special(b, x)
-    any_special = b.icmp_unsigned("!=", b.bitcast(special, ir.IntType(x.type.count)), ir.IntType(x.type.count)(0))
-    b.cbranch(any_special, slow_bb, fast_bb)
+    # |x| >= 512 (or inf, NaN) is __exp's special case (libm's lanes); |x| < 2^-54 returns
+    # 1.0 + x (WANT_ROUNDING): x == 0, PyMC's initial points, stays on the vector code
+    tiny, big = _glibc_exp_tiny_big(b, x)
+    b.cbranch(_any(b, big), slow_bb, fast_bb)
     b.position_at_end(fast_bb)
-    b.ret(_glibc_exp_fast(b, x, data, _table(module, "ptnumba_glibc_exp_tab", data.tab)))
+    fast = _glibc_exp_fast(b, x, data, _table(module, "ptnumba_glibc_exp_tab", data.tab))
+    b.ret(b.select(tiny, b.fadd(_splat(x.type, 1.0), x), fast))
     b.position_at_end(slow_bb)
     b.ret(lane_by_lane(b, libm, x))
 
@@ -241,8 +247,8 @@ def _build_glibc_log(module: ir.Module, fn: ir.Function, libm: ir.Function, data
 
 # -- pow: glibc 2.36 sysdeps/ieee754/dbl-64/e_pow.c (__pow), built with FMA (__pow_fma) -----
 # Only its main path: x positive and normal, 2^-65 <= |y| < 2^63 (so sign_bias is 0), and
-# exp_inline's fast path (2^-54 <= |y log x| < 512); any other lane makes the vector call
-# libm lane by lane. log_inline's fused multiply-adds are those of that build: t1 =
+# exp_inline's fast path (2^-54 <= |y log x| < 512) or its tiny case (|y log x| < 2^-54,
+# x == 1 among them: 1 + y log x); any other lane makes the vector call libm lane by lane. log_inline's fused multiply-adds are those of that build: t1 =
 # fma(k, ln2hi, logc), lo1 = fma(k, ln2lo, logctail), lo3 = fma(ar, r, -ar2), the
 # polynomial as fma(ar3, fma(ar2, fma(fma(r, A6, A5), ar2, fma(r, A4, A3)), fma(r, A2,
 # A1)), ((lo1 + lo2) + lo3) + lo4); then ehi = y hi, elo = fma(y, lo, fma(y, hi, -ehi)).
@@ -294,9 +300,13 @@ def _build_glibc_pow(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     hi, lo = _glibc_pow_log(b, ix, data, _table(module, "ptnumba_glibc_pow_log_tab", data.tab))
     ehi = b.fmul(y, hi)
     elo = _fma(b, y, lo, _fma(b, y, hi, b.fneg(ehi)))
-    b.cbranch(_any(b, _glibc_exp_special(b, ehi)), slow_bb, exp_bb)
+    # exp_inline: |ehi| >= 512 (or inf, NaN) is its special case (libm's lanes); |ehi| <
+    # 2^-54 returns 1.0 + ehi (WANT_ROUNDING; sign_bias is 0 here): x == 1 gives 1.0
+    tiny, big = _glibc_exp_tiny_big(b, ehi)
+    b.cbranch(_any(b, big), slow_bb, exp_bb)
     b.position_at_end(exp_bb)
-    b.ret(_glibc_exp_fast(b, ehi, data.exp, _table(module, "ptnumba_glibc_exp_tab", data.exp.tab), xtail=elo))
+    fast = _glibc_exp_fast(b, ehi, data.exp, _table(module, "ptnumba_glibc_exp_tab", data.exp.tab), xtail=elo)
+    b.ret(b.select(tiny, b.fadd(_splat(ehi.type, 1.0), ehi), fast))
     b.position_at_end(slow_bb)
     b.ret(lane_by_lane(b, libm, x, y))
 
@@ -335,7 +345,8 @@ EXACT_LANES: dict[str, ExactLanes] = {
     "pow": ExactLanes(
         glibc_pow_data,
         _build_glibc_pow,
-        "glibc __pow_fma's main path (x > 0 normal, |y log x| in [2^-54, 512)): log_inline and exp_inline, fixed fma "
+        "glibc __pow_fma's main path (x > 0 normal, |y log x| < 512, its tiny case 1 + y log x below 2^-54): "
+        "log_inline and exp_inline, fixed fma "
         "sequence; tables read from the mapped libm; other lanes call libm",
         arity=2,
     ),
@@ -392,7 +403,10 @@ def probe_inputs(symbol: str) -> np.ndarray:
     mags = np.exp2(rng.uniform(-60, 10, 60_000)) * rng.choice([-1.0, 1.0], 60_000)
     wide = rng.uniform(-760.0, 720.0, 60_000)
     unit = rng.uniform(-1.0, 1.0, 20_000)
-    vals = np.concatenate([near_k, half, np.nextafter(half, np.inf), np.nextafter(half, -np.inf), around, specials, mags, wide, unit])
+    # below the fast path (1 + x): zeros and tiny values in whole vectors, then mixed in
+    tiny = np.concatenate([np.zeros(400), -np.zeros(400), np.exp2(rng.uniform(-1074, -54, 20_000)) * rng.choice([-1.0, 1.0], 20_000)])
+    tiny = np.concatenate([tiny, rng.permutation(np.concatenate([tiny[:4000], unit[:4000]]))])
+    vals = np.concatenate([near_k, half, np.nextafter(half, np.inf), np.nextafter(half, -np.inf), around, specials, mags, wide, unit, tiny])
     return np.ascontiguousarray(vals, dtype=np.float64)
 
 
@@ -456,8 +470,10 @@ def _pow_probes() -> np.ndarray:
     t = rng.uniform(500.0, 760.0, 20_000) * rng.choice([-1.0, 1.0], 20_000)
     xv = np.exp2(rng.uniform(0.5, 40.0, 20_000))
     add(xv, t / np.log(xv))
-    # near 1: y log x tiny (exp_inline's 2^-54 edge)
+    # near 1: y log x tiny (exp_inline's 2^-54 edge, crossed both ways; x == 1 exactly)
     add(1.0 + rng.uniform(-1e-10, 1e-10, 5000), rng.uniform(-1e-5, 1e-5, 5000))
+    add(1.0 + rng.uniform(-1e-12, 1e-12, 20_000), rng.uniform(-1e-4, 1e-4, 20_000))
+    add(1.0, np.concatenate([common, rng.uniform(-1e6, 1e6, 2000)]))
     add(np.nextafter(1.0, rng.choice([0.0, 2.0], 2000)), rng.uniform(-1e6, 1e6, 2000))
     special_x = np.array([0.0, -0.0, 1.0, -1.0, -2.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 2.2250738585072014e-308, 1.7976931348623157e308])
     special_y = np.array([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 3.0, np.inf, -np.inf, np.nan, 2.0**-66, 2.0**63, 1e300, 5e-324])
@@ -470,7 +486,7 @@ def _pow_probes() -> np.ndarray:
     with np.errstate(all="ignore"):
         t = vals[1] * np.log(vals[0])
         main = (vals[0] >= 2.2250738585072014e-308) & (np.abs(vals[1]) >= 2.0**-65) & (np.abs(vals[1]) < 2.0**63)
-        main &= np.isfinite(vals[0]) & (np.abs(t) >= 2.0**-54) & (np.abs(t) < 512)
+        main &= np.isfinite(vals[0]) & (np.abs(t) < 512)
     groups = [vals[:, main], vals[:, ~main]]
     mixed = np.concatenate([g[:, rng.choice(g.shape[1], 4000)] for g in groups], axis=1)
     return np.ascontiguousarray(np.concatenate([g[:, rng.permutation(g.shape[1])] for g in (*groups, mixed)], axis=1))

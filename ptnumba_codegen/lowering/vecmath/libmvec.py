@@ -298,9 +298,9 @@ def vector_form(
     return Rule(plan, f"{scalar_rule.kind} | vector formula")
 
 
-def _is_constant(v) -> bool:
+def is_constant(v) -> bool:
     """A constant, or a cast of one (a constant of another dtype, cast to the output's)."""
-    return isinstance(v, ir.Constant) or (isinstance(v, ir.CastInstr) and all(_is_constant(o) for o in v.operands))
+    return isinstance(v, ir.Constant) or (isinstance(v, ir.CastInstr) and all(is_constant(o) for o in v.operands))
 
 
 def _scalar_on_constants(emit, scalar):
@@ -309,7 +309,7 @@ def _scalar_on_constants(emit, scalar):
     is ``1 / x``), in stock's code as in the scalar rule's; an opaque lane call would keep it."""
 
     def emit_unless_constant(context, builder, args, flags):
-        if any(_is_constant(a) for a in args):
+        if any(is_constant(a) for a in args):
             return scalar(context, builder, args, flags)
         return emit(context, builder, args, flags)
 
