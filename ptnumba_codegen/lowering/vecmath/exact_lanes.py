@@ -110,10 +110,15 @@ def _glibc_exp_fast(b: ir.IRBuilder, x, data: ExpData, table: ir.GlobalVariable,
 def _glibc_exp_tiny_big(b: ir.IRBuilder, x):
     """The lanes below __exp's (and exp_inline's) fast path, |x| < 2^-54 (top 12 bits of
     |x| below 0x3c9), where glibc returns 1 + x; and those above it, |x| >= 512, inf, NaN
-    (from 0x3c9 + 0x3f on), its special case."""
+    (from 0x3c9 + 0x3f on), its special case. As compares of |x| with the powers of two
+    those exponent fields start at (one compare each, no integer unsigned compare)."""
+    ax = _fabs(b, x)
+    return b.fcmp_ordered("<", ax, _splat(x.type, 2.0**-54)), b.fcmp_unordered(">=", ax, _splat(x.type, 512.0))
+
+
+def _fabs(b: ir.IRBuilder, x):
     ity = ir.VectorType(_I64, x.type.count)
-    abstop = b.and_(b.lshr(b.bitcast(x, ity), _splat(ity, 52)), _splat(ity, 0x7FF))
-    return b.icmp_unsigned("<", abstop, _splat(ity, 0x3C9)), b.icmp_unsigned(">=", abstop, _splat(ity, 0x3C9 + 0x3F))
+    return b.bitcast(b.and_(b.bitcast(x, ity), _splat(ity, (1 << 63) - 1)), x.type)
 
 
 def _table(module: ir.Module, name: str, words: tuple[int, ...]) -> ir.GlobalVariable:
@@ -242,8 +247,9 @@ def _build_glibc_log(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     entry, paths_bb, table_bb, near_bb, blend_bb, slow_bb = (fn.append_basic_block(s) for s in names)
     b = ir.IRBuilder(entry)
     ix = b.bitcast(x, ity)
-    top = b.lshr(ix, _splat(ity, 48))
-    special = b.icmp_unsigned(">=", b.sub(top, _splat(ity, 0x0010)), _splat(ity, 0x7FF0 - 0x0010))
+    # not positive, normal and finite (top 16 bits outside 0x0010 to 0x7fef); NaN fails both
+    normal = b.and_(b.fcmp_ordered(">=", x, _splat(x.type, 2.0**-1022)), b.fcmp_ordered("<=", x, _splat(x.type, np.finfo(np.float64).max)))
+    special = b.not_(normal)
     b.cbranch(_any(b, special), slow_bb, paths_bb)
     b.position_at_end(paths_bb)
     near = b.icmp_unsigned("<", b.sub(ix, _splat(ity, _LOG_LO)), _splat(ity, _LOG_HI - _LOG_LO))
@@ -306,12 +312,14 @@ def _build_glibc_pow(module: ir.Module, fn: ir.Function, libm: ir.Function, data
     entry, log_bb, exp_bb, slow_bb = (fn.append_basic_block(s) for s in ("entry", "log", "exp", "slow"))
     b = ir.IRBuilder(entry)
     ix = b.bitcast(x, ity)
-    topx = b.lshr(ix, _splat(ity, 52))
-    topy = b.and_(b.lshr(b.bitcast(y, ity), _splat(ity, 52)), _splat(ity, 0x7FF))
-    special = b.or_(
-        b.icmp_unsigned(">=", b.sub(topx, _splat(ity, 0x001)), _splat(ity, 0x7FF - 0x001)),
-        b.icmp_unsigned(">=", b.sub(topy, _splat(ity, 0x3BE)), _splat(ity, 0x43E - 0x3BE)),
+    # x positive, normal and finite (top 12 bits from 0x001 to 0x7fe), 2^-65 <= |y| < 2^63
+    # (|y|'s exponent field from 0x3be to 0x43d); NaN fails the ordered compares
+    ay = _fabs(b, y)
+    ok = b.and_(
+        b.and_(b.fcmp_ordered(">=", x, _splat(x.type, 2.0**-1022)), b.fcmp_ordered("<=", x, _splat(x.type, np.finfo(np.float64).max))),
+        b.and_(b.fcmp_ordered(">=", ay, _splat(x.type, 2.0**-65)), b.fcmp_ordered("<", ay, _splat(x.type, 2.0**63))),
     )
+    special = b.not_(ok)
     b.cbranch(_any(b, special), slow_bb, log_bb)
     b.position_at_end(log_bb)
     hi, lo = _glibc_pow_log(b, ix, data, _table(module, "ptnumba_glibc_pow_log_tab", data.tab))

@@ -2,7 +2,7 @@
 HEAD) and in this tree, each compiled (O3, host CPU) into a loop over arrays, timed in
 interleaved rounds in one process; and their bits compared with each other and with libm.
 
-    PYTHONPATH=. python tools/exact_lanes_bench.py [--rev HEAD] [--rounds 9] [--n 4096] [--reps 200]
+    python -m ptnumba_codegen.tools.exact_lanes_microbench [--rev HEAD] [--rounds 9] [--n 4096] [--reps 200]
 
 Prints ns per element (median and fastest round) per workload and the ratio old/new.
 """
@@ -25,7 +25,7 @@ from llvmlite import ir
 from ptnumba_codegen.lowering.vecmath import exact_lanes as new_el
 from ptnumba_codegen.lowering.vecmath.isa import lane_count, target_features, target_isa
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REL = "ptnumba_codegen/lowering/vecmath/exact_lanes.py"
 
 
@@ -41,12 +41,14 @@ def load_rev(rev: str) -> types.ModuleType:
 class Kernel:
     """``drive(x0, [x1,] y, nvec, reps)``: the variant on every vector, ``reps`` times."""
 
-    def __init__(self, el, symbol: str, lanes: int):
+    def __init__(self, el, symbol: str, lanes: int, inline: bool = False):
         f64 = ir.DoubleType()
         i64 = ir.IntType(64)
         arity = el.EXACT_LANES[symbol].arity
         module = ir.Module(name=f"bench_{symbol}")
         variant, _ = el.define_variant(module, symbol, lanes, el.EXACT_LANES[symbol].data())
+        if not inline:  # as in a kernel: the vectorizer's call comes after inlining
+            variant.attributes.add("noinline")
         vty = variant.function_type.return_type
         ptr = ir.PointerType(f64)
         drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * (arity + 1) + [i64, i64]), "drive")
@@ -119,18 +121,20 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--only", default="")
+    ap.add_argument("--inline", action="store_true", help="inline the vector function into the loop (kernels call it)")
     a = ap.parse_args(argv)
     lanes = lane_count(target_isa(), "float64")
     old_el = load_rev(a.rev)
     rng = np.random.default_rng(7)
     print(f"cpu {llb.get_host_cpu_name()}, {lanes} lanes, old = {a.rev}, new = working tree; "
-          f"n={a.n} x {a.reps} reps per round, {a.rounds} rounds interleaved; ns/element")
+          f"n={a.n} x {a.reps} reps per round, {a.rounds} rounds interleaved; "
+          f"vector function {'inlined' if a.inline else 'called'}; ns/element")
     kernels = {}
     for name, (sym, cols) in workloads(a.n, rng).items():
         if a.only and a.only not in name:
             continue
         if sym not in kernels:
-            kernels[sym] = (Kernel(old_el, sym, lanes), Kernel(new_el, sym, lanes))
+            kernels[sym] = (Kernel(old_el, sym, lanes, a.inline), Kernel(new_el, sym, lanes, a.inline))
         old, new = kernels[sym]
         want = new_el.libm_reference(sym, cols)
         for k, tag in ((old, "old"), (new, "new")):
