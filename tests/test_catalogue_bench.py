@@ -345,6 +345,7 @@ def test_summary_threshold_is_stock_median(tmp_path):
     (["--forms", "original,thawed"], "--forms: unknown form(s) ['thawed']; allowed: original, frozen"),
     (["--models", "nope"], "--models: unknown model(s) ['nope']; allowed: core or all"),
     (["--rounds", "0"], "--rounds and --samples must be >= 1"),
+    (["--blas-threads", "0"], "--blas-threads must be >= 1"),
 ])
 def test_cli_errors_name_allowed_values(fake, capsys, extra, message):
     with pytest.raises(SystemExit) as exc:
@@ -366,6 +367,7 @@ def test_cli_defaults(fake):
     args = cb.parse_args(["--catalogue", str(fake), "--backends", "stock_fast,policy_default"])
     assert args.models == ["tiny_normal", "broken"] and args.forms == ["original"]
     assert args.backends == ["stock_fast", "policy_default"] and args.rounds == 3
+    assert args.blas_threads is None
     args = cb.parse_args(["--catalogue", str(fake), "--forms", "original,frozen", "--models", "all"])
     assert args.forms == ["original", "frozen"] and len(args.models) == 3
 
@@ -406,3 +408,23 @@ def test_progress_reports_do_not_freeze_later_models(tmp_path):
     assert res.agreement("original", "pfail", "stock_fast") == (0.0, 0.0)
     assert cb.results_from_json(json.loads(json.dumps(cb.to_json(res, args), default=str))).status(
         "original", "large", "jax").startswith("DISAGREES")
+
+
+def test_run_subprocess_blas_threads_env(monkeypatch):
+    """--blas-threads reaches every worker as OPENBLAS_NUM_THREADS; unset, the environment
+    is inherited untouched."""
+    seen = []
+
+    class Proc:
+        stdout, stderr, returncode = "", "", 1
+
+    def fake_run(cmd, **kw):
+        seen.append(kw.get("env"))
+        return Proc()
+
+    monkeypatch.setattr(cb.subprocess, "run", fake_run)
+    monkeypatch.setattr(cb.os, "nice", lambda inc: 0)
+    cb.run_subprocess({"blas_threads": 1}, 5)
+    cb.run_subprocess({"blas_threads": None}, 5)
+    assert seen[0]["OPENBLAS_NUM_THREADS"] == "1" and seen[1] is None
+    assert all(v in seen[0] for v in cb.BLAS_THREAD_VARS)

@@ -83,6 +83,8 @@ AGREEMENT_RTOL = mb.AGREEMENT_RTOL
 #: nutpie's run: tuning steps, draws, chains.
 NUTPIE_TUNE, NUTPIE_DRAWS, NUTPIE_CHAINS = 1000, 1000, 2
 CORE_FILE = "BENCHMARK_CORE.md"
+#: ``--blas-threads N`` sets these in every worker's environment (OpenBLAS reads them at load).
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS",)
 MODEL_DIRS = (("models", False), ("models_discrete", True))  # (directory, discrete?)
 
 
@@ -320,13 +322,17 @@ def worker_main(argv) -> int:
 
 def run_subprocess(spec: dict, timeout: float) -> dict:
     """`worker` in a fresh process, at niceness ``spec["nice"]`` when that is above this
-    process's own (``nice -n`` adds to the caller's niceness)."""
+    process's own (``nice -n`` adds to the caller's niceness), with ``spec["blas_threads"]``
+    (when set) in `BLAS_THREAD_VARS`."""
     cmd = [sys.executable, "-m", "ptnumba_codegen.tools.catalogue_bench", "worker", json.dumps(spec)]
     increment = (spec.get("nice") or 0) - os.nice(0)
     if increment > 0 and shutil.which("nice"):
         cmd = ["nice", "-n", str(increment), *cmd]
+    env = None
+    if spec.get("blas_threads"):  # every backend's OpenBLAS alike (XLA's own pool is not OpenBLAS)
+        env = {**os.environ, **{v: str(spec["blas_threads"]) for v in BLAS_THREAD_VARS}}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         rec = mb.parse_worker_output(proc.stdout, proc.stderr, proc.returncode)
     except subprocess.TimeoutExpired:
         rec = {"ok": False, "error": f"worker timed out after {timeout:g} s"}
@@ -649,6 +655,7 @@ def to_json(res: Results, args) -> dict:
     return {
         "meta": {"catalogue": str(args.catalogue), "forms": res.forms, "models": res.models,
                  "backends": res.backends, "rounds": args.rounds, "time_budget": args.time_budget,
+                 "blas_threads": getattr(args, "blas_threads", None),
                  "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
         "cells": cells,
         "reference": [{"form": f, "model": m, **r} for (f, m), r in res.reference.items()],
@@ -665,6 +672,7 @@ def _spec(args, workdir: Path, form, model, backend, phase, rnd) -> dict:
     return {
         "catalogue": str(args.catalogue), "model": model, "form": form, "backend": backend,
         "phase": phase, "round": rnd, "seed": args.seed, "cores": args.cores, "nice": args.nice,
+        "blas_threads": getattr(args, "blas_threads", None),
         "cache_dir": None if phase in ("ref", "nutpie") else str(workdir / "cache" / tag),
         "seconds": args.time_budget if timed else 0.0, "samples": args.samples,
         "out": str(workdir / f"{tag}-{phase}.npz") if phase in ("ref", "cold") else None,
@@ -740,11 +748,15 @@ def parse_args(argv):
     p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the C reference (no agreement)")
     p.add_argument("--seed", type=int, default=20240611, help="nutpie's seed")
     p.add_argument("--nice", type=int, default=0, help="run workers at niceness N (default 0: this process's own)")
+    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
+                   help="OPENBLAS_NUM_THREADS=N in every worker (default: unset, OpenBLAS's own count)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a worker is killed (default 1800)")
     p.add_argument("--workdir", default=None, help="where workers keep caches and outputs (default: a new temp dir)")
     p.add_argument("--json", metavar="FILE", default=None, help="write every record, cell and summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
     args = p.parse_args(argv)
+    if args.blas_threads is not None and args.blas_threads < 1:
+        p.error("--blas-threads must be >= 1")
     if args.rounds < 1 or args.samples < 1 or args.time_budget <= 0:
         p.error("--rounds and --samples must be >= 1 and --time-budget > 0")
     try:
