@@ -417,6 +417,40 @@ def test_saturated_exp_lanes_get_libms_bits(dtype):
     assert any(lab and "exp" in lab for lab in labels), labels
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_log_at_zero_and_inf_gets_libms_bits_off_the_callout(dtype):
+    """log(+-0) = -inf and log(+inf) = +inf come from a select, the call gets 1.0 there
+    (`libmvec._EXACT_POINTS`): on vectors mostly of zeros (a Cox model's hazards), around
+    them (subnormals, the smallest normals, negatives, NaN) every lane equals stock strict
+    bit for bit where the result is not finite, within libmvec's budget elsewhere, and
+    ``log(x) == -inf`` holds exactly where ``x == 0`` (the robust rule's premise)."""
+    from ptnumba_codegen.lowering.vecmath.libmvec import _EXACT_POINTS
+
+    assert ("log", dtype) in _EXACT_POINTS
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(11)
+    around = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, info.smallest_subnormal, -info.smallest_subnormal,
+                       info.smallest_normal, info.max, 1.0, -1.0, 2.0], dtype=dtype)
+    mostly_zero = np.where(rng.random(4000) < 0.8, 0.0, rng.gamma(2.0, 1.0, 4000)).astype(dtype)
+    mostly_zero[rng.random(4000) < 0.1] *= -1  # -0.0 and negatives among them
+    vals = np.concatenate([around, np.repeat(around, 5), mostly_zero, rng.permutation(np.resize(around, 400))])
+    x = pt.vector("x", dtype=dtype)
+    outs = [pt.log(x) * 1.0, pt.eq(pt.log(x), -np.inf)]
+    fn = compile_fn([x], outs, "policy_default", cache_key=("log_points", dtype))
+    ref = compile_fn([x], outs, "stock_strict", cache_key=("log_points", dtype))
+    with np.errstate(all="ignore"):
+        (got, got_eq), (want, want_eq) = fn(vals), ref(vals)
+    special = ~np.isfinite(want)
+    assert (vals == 0).sum() > 2000 and np.isinf(want).sum() > 2000
+    np.testing.assert_array_equal(got[special], want[special])
+    np.testing.assert_array_equal(np.signbit(got[special & ~np.isnan(want)]), np.signbit(want[special & ~np.isnan(want)]))
+    np.testing.assert_allclose(got[~special], want[~special], rtol=4 * np.finfo(dtype).eps)
+    np.testing.assert_array_equal(got_eq, want_eq)
+    np.testing.assert_array_equal(got_eq, vals == 0)
+    labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
+    assert any(lab and "libmvec log" in lab for lab in labels), labels
+
+
 def test_a_body_with_a_stock_call_keeps_scalar_transcendentals():
     """A stock call (erfcx: a function numba compiles on its own) keeps the loop scalar; a
     vector function there would do a whole vector's work per element. The body's other
