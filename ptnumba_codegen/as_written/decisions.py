@@ -41,6 +41,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.sort import ArgSortOp, SortOp
 
 from ptnumba_codegen.analysis.classify import ALL, DECISION_INPUTS, sensitive_inputs
+from ptnumba_codegen.as_written.libm_operands import from_constants
 from ptnumba_codegen.as_written.op import AsWritten
 from ptnumba_codegen.analysis.whole_graph import TRANSPARENT_OPS
 from ptnumba_codegen.analysis.program import from_scalar_op
@@ -241,26 +242,12 @@ def is_computed(var) -> bool:
     return False
 
 
-def _from_constants(var) -> bool:
-    """Computed from constants only (``ExpandDims(1)``): kept in the cone, as a constant."""
-    stack, seen = [var], set()
-    while stack:
-        v = stack.pop()
-        if v in seen or isinstance(v, Constant):
-            continue
-        seen.add(v)
-        if v.owner is None:
-            return False
-        stack.extend(v.owner.inputs)
-    return True
-
-
 def leaf_reason(var) -> str | None:
     """Why ``var`` ends a cone (it is read, not recomputed), or None if it is recomputed."""
     node = var.owner
     if node is None:
         return "a graph input" if not isinstance(var, Constant) else "a constant"
-    if not is_float(var) and not _from_constants(var):
+    if not is_float(var) and not from_constants(var):
         return (
             "an integer or boolean: exact arithmetic, and every step from a float to one "
             "is a decision of its own"
@@ -295,7 +282,7 @@ def shared_reason(node) -> str | None:
     if reason is None or node.op.destroy_map:
         return None
     floats = [v for v in node.inputs if is_float(v)]
-    if not floats or all(_from_constants(v) for v in node.inputs):
+    if not floats or all(from_constants(v) for v in node.inputs):
         return None  # nothing computed, or constant folding's to take
     if any(is_computed(v) for v in floats):
         return None  # its inputs are computed: it belongs to a cone copy
