@@ -17,7 +17,7 @@ import logging
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from ptnumba_codegen.runtime import allocator
+from ptnumba_codegen.runtime import allocator, boxing
 from ptnumba_codegen.passes.constant_writes import fold_constant_writes
 from ptnumba_codegen.analysis.whole_graph import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
@@ -70,6 +70,7 @@ class PolicyCodegen(GraphRewriter):
         except PolicyError as err:
             raise PolicyLoadError(str(err)) from None
         allocator.configure()  # once per process: freed intermediates kept for the next call
+        boxing.configure()  # once per process: results boxed without unpickling per call
         fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
         facts = graph_facts(fgraph)
         sensitive = sensitive_variables(fgraph, policy, facts)

@@ -1,0 +1,92 @@
+"""How a compiled function's array results become Python objects: no unpickling per call.
+
+numba's CPython wrapper boxes every array a function returns with
+``NRT_adapt_ndarray_to_python_acqref(array, pytype, ndim, writable, dtype)``; the dtype is
+read from the function's environment (a list of constants), but ``pytype`` (``np.ndarray``)
+is *unpickled* at every call: ``numba_unpickle`` builds two bytes objects and an int,
+calls the Python function ``numba.core.serialize._numba_unpickle``, which hashes a new
+tuple of them into its memo dict and returns the same class every time. A PyMC
+logp+gradient function returns two arrays, so every call pays that twice: about 5,400 of
+the 30,000 instructions of a call of the eight-schools model (figures:
+docs/benchmarks.md, "Where a small call goes"). `configure()` boxes arrays with ``pytype``
+read from the environment like the dtype: the same objects are returned (the same class,
+dtype, shape, strides, data and owner), without the unpickling.
+
+It applies to functions numba compiles after it ran (wrappers compiled earlier, or loaded
+from numba's cache, keep theirs). `configure()` runs once per process, when the first
+function is compiled with ``policy_codegen`` (never at import), like `allocator.configure`:
+a process that never compiles a policy function keeps numba's boxing, stock functions
+compiled after a policy one in the same process get it too (same objects).
+``PTNUMBA_CODEGEN_BOXING=numba`` keeps numba's own boxing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from llvmlite import ir
+from numba.core import boxing as numba_boxing, cgutils, types
+from numba.core.pythonapi import _boxers
+from numba.np import numpy_support
+
+log = logging.getLogger("ptnumba_codegen")
+
+ENV = "PTNUMBA_CODEGEN_BOXING"
+ENV_VALUES = ("environment", "numba")  # environment (default): `box_array`; numba: numba's own
+
+NUMBA_BOX_ARRAY = numba_boxing.box_array  # numba's boxer (registered for types.Array), restored by `restore`
+
+_lock = threading.Lock()
+_state: str | None = None
+
+
+def box_array(typ, val, c):
+    """numba's ``box_array`` with the array's Python type read from the environment."""
+    if not c.context.enable_nrt:
+        return NUMBA_BOX_ARRAY(typ, val, c)
+    pyapi, builder = c.pyapi, c.builder
+    dtype = c.env_manager.read_const(c.env_manager.add_const(numpy_support.as_dtype(typ.dtype)))
+    pytype = c.env_manager.read_const(c.env_manager.add_const(typ.box_type))
+    i32 = ir.IntType(32)
+    fnty = ir.FunctionType(pyapi.pyobj, [pyapi.voidptr, pyapi.pyobj, i32, i32, pyapi.pyobj])
+    fn = pyapi._get_function(fnty, name="NRT_adapt_ndarray_to_python_acqref")
+    ndim = c.context.get_constant(types.int32, typ.ndim)
+    writable = c.context.get_constant(types.int32, int(typ.mutable))
+    aryptr = cgutils.alloca_once_value(builder, val)
+    boxed = builder.call(fn, [builder.bitcast(aryptr, pyapi.voidptr), pytype, ndim, writable, dtype])
+    c.context.nrt.decref(builder, typ, val)  # the box took its own reference (acqref)
+    return boxed
+
+
+def configure(environ=None) -> str:
+    """Box arrays with `box_array` from now on, once per process; returns what was done."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return _state
+        environ = os.environ if environ is None else environ
+        choice = environ.get(ENV, "environment").strip().lower() or "environment"
+        if choice not in ENV_VALUES:
+            raise ValueError(f"{ENV}={environ.get(ENV)!r}: allowed values are {', '.join(ENV_VALUES)}")
+        if choice == "numba":
+            _state = f"numba's array boxing ({ENV}=numba)"
+        else:
+            _boxers.functions[types.Array] = box_array
+            _state = "arrays boxed with their Python type from the environment (no numba_unpickle per call)"
+        log.info("ptnumba_codegen: %s", _state)
+        return _state
+
+
+def restore() -> None:
+    """numba's own boxing again (tests)."""
+    global _state
+    with _lock:
+        _boxers.functions[types.Array] = NUMBA_BOX_ARRAY
+        _state = None
+
+
+def state() -> str | None:
+    """What `configure` did in this process (None: no policy function compiled yet)."""
+    return _state
