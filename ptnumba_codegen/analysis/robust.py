@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 
+from ptnumba_codegen.analysis.class_rules import describe_bands, is_class_req
+
 EXACT = "exact"
 NAN = ("nan",)
 COMPARISONS: dict[str, Callable] = {
@@ -114,9 +116,10 @@ def _none(pred, n_inputs):
 
 
 def _neg(pred, n_inputs):
-    """-x op c  <=>  x swap(op) -c: exact in every implementation."""
-    if pred == NAN:
-        return [{NAN}]
+    """-x op c  <=>  x swap(op) -c: exact in every implementation. The class of -x (and
+    its bits in bands of magnitude: `class_rules`) is the mirrored class of x's."""
+    if pred == NAN or is_class_req(pred):
+        return [{pred}]
     _, op, c = pred
     return [{cmp(SWAPPED[op], -c)}]
 
@@ -222,6 +225,8 @@ def describe(req) -> str:
         return "exact"
     if req == NAN:
         return "NaN pattern"
+    if is_class_req(req):
+        return "class" + (f" (bits where |x| in {describe_bands(req[1])})" if req[1] else "")
     return f"{_SYMBOLS[req[1]]} {req[2]:g}"
 
 
