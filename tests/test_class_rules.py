@@ -230,3 +230,16 @@ def test_a_comparison_with_another_constant_keeps_libms_pow():
     xs = np.array([X0, np.nextafter(X0, 0), np.nextafter(X0, 2)])
     np.testing.assert_array_equal(fn(xs)[0], ref(xs)[0])
     assert ref(xs)[0][0]
+
+
+def test_default_has_no_class_pow_and_decides_as_stock_strict():
+    """Under `default` no pow is a `PowAsWritten` (LLVM folds ``pow(x, -1.0)`` to ``1 / x`` in
+    stock strict too): nothing is computed by class, and the decisions are stock strict's."""
+    inputs, outs = _graph()
+    fn = compile_fn(inputs, outs, "policy_default", cache_key="class_pow")
+    ref = compile_fn(inputs, outs, "stock_strict", cache_key="class_pow")
+    assert "class pow" not in _labels(fn)
+    xs = edge_points(2_000)
+    for av in (np.zeros_like(xs), np.full_like(xs, 700.0)):
+        for got, want in zip(fn(xs, av), ref(xs, av), strict=True):
+            np.testing.assert_array_equal(got, want)
