@@ -243,3 +243,27 @@ def test_default_has_no_class_pow_and_decides_as_stock_strict():
     for av in (np.zeros_like(xs), np.full_like(xs, 700.0)):
         for got, want in zip(fn(xs, av), ref(xs, av), strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("negate", ["neg", "minus_one_times"])
+def test_a_negation_read_by_class_stays_strict(negate):
+    """``pow(-x, -1) > 0`` tells ``x = +0`` (``-x = -0``: -inf, false) from ``x = -0`` (+inf,
+    true): the class of ``-x`` includes the sign of a zero, which a negation with ``nsz``
+    (its flags outside cones, if a robust rule let it go) need not keep. It stays strict,
+    and x must be exact."""
+    from ptnumba_codegen.analysis.classify import EXACT, analyze, by_class_under
+    from ptnumba_codegen.analysis.program import from_scalar_op
+    from ptnumba_codegen.as_written.libm_operands import pow_as_written
+    from ptnumba_codegen.flags import COMPARISON_SENSITIVE
+    from ptnumba_codegen.policy import load_policy
+    from pytensor.scalar import basic as ps
+
+    v = ps.float64("v")
+    minus = ps.neg(v) if negate == "neg" else ps.mul(ps.constant(np.float64(-1.0)), v)
+    out = ps.gt(pow_as_written(minus, ps.constant(np.float32(-1.0))), ps.constant(np.int8(0)))
+    program = from_scalar_op(ps.Composite([v], [out]), ("float64",))
+    found = analyze(program, by_class=by_class_under(program, load_policy("as_written")))
+    k = next(k for k, i in enumerate(program.instrs) if i.op_name in ("Neg", "Mul"))
+    assert found.classes[k] == COMPARISON_SENSITIVE and k not in found.robust
+    assert found.needs[program.inputs[0]] == {EXACT}
+    assert len(found.by_class) == 1

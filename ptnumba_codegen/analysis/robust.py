@@ -116,10 +116,12 @@ def _none(pred, n_inputs):
 
 
 def _neg(pred, n_inputs):
-    """-x op c  <=>  x swap(op) -c: exact in every implementation. The class of -x (and
-    its bits in bands of magnitude: `class_rules`) is the mirrored class of x's."""
-    if pred == NAN or is_class_req(pred):
-        return [{pred}]
+    """-x op c  <=>  x swap(op) -c: exact in every implementation. Not a class requirement
+    (`class_rules`): it tells -0 from +0, which a negation with ``nsz`` need not keep."""
+    if is_class_req(pred):
+        return None
+    if pred == NAN:
+        return [{NAN}]
     _, op, c = pred
     return [{cmp(SWAPPED[op], -c)}]
 
@@ -179,8 +181,11 @@ def _minus_one_times(pred, operands):
             return None
     except (TypeError, ValueError):  # a complex or non-numeric constant
         return None
+    negated = _neg(pred, 1)
+    if negated is None:
+        return None
     needs = [set(), set()]
-    needs[1 - k] = _neg(pred, 1)[0]
+    needs[1 - k] = negated[0]
     return needs
 
 
