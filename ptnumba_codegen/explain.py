@@ -174,6 +174,8 @@ def explain_node(node) -> list[str]:
         note = ""
         if k in plan.body.robust:
             note = "  [decides " + ", ".join(sorted(describe(r) for r in plan.body.robust[k])) + " robustly]"
+        if k in plan.body.by_class:
+            note += "  [its readers decide by its class: class_rules]"
         if k in plan.body.lazy:
             note += f"  [only computed when {describe_formula(plan.body.lazy[k])}]"
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
@@ -41,6 +41,7 @@ from ptnumba_codegen.analysis.robust import (
     nan_sources,
 )
 from ptnumba_codegen.analysis.ranges import program_ranges, settle_all
+from ptnumba_codegen.analysis.class_rules import class_req, class_rule, decided_by_class, exact_bands
 
 ALL = None  # marker: every input is a decision input
 
@@ -203,6 +204,8 @@ class Analysis:
     classes: tuple[str, ...]  # per instruction
     needs: Mapping[int, frozenset]  # value id -> requirements it must preserve
     robust: Mapping[int, frozenset]  # instruction -> predicates decided robustly on its output
+    # instruction -> (class rule, |x| bands where it calls libm): computed by class (`class_rules`)
+    by_class: Mapping[int, tuple] = field(default_factory=dict)
 
 
 def analyze(
@@ -210,6 +213,7 @@ def analyze(
     sensitive_outputs=(),
     relaxable: Callable[[int], bool] | None = None,
     input_facts=(),
+    by_class: Callable[[int], bool] | None = None,
 ) -> Analysis:
     """Classify every instruction, propagating requirements backward from the decisions.
 
@@ -220,6 +224,8 @@ def analyze(
     predicate fixed on a value's interval needs only its NaN pattern (or nothing), and
     a strict op in `robust.NAN_SOURCES` passes a NaN pattern on as predicates on its
     operands instead of needing them exact.
+    ``by_class(k)``: whether instruction ``k`` may be computed by class (`class_rules`)
+    where every predicate on it is decided by its class; by default none is.
     """
     facts = program_ranges(program, input_facts)
     needs: dict[int, set] = {}
@@ -231,7 +237,7 @@ def analyze(
             decisions.add(k)
             for v, req in decision_seeds(program, instr):
                 needs.setdefault(v, set()).add(req)
-    strict, robust = set(decisions), {}
+    strict, robust, classed = set(decisions), {}, {}
     constants = dict(program.constants)
     for k in reversed(range(len(program.instrs))):
         instr = program.instrs[k]
@@ -250,7 +256,11 @@ def analyze(
                     break
                 for acc, reqs in zip(per_input, translated, strict=True):
                     acc.update(reqs)
-        if per_input is None:
+        if per_input is None and k not in decisions and by_class is not None:
+            per_input = _class_needs(program, instr, k, wanted, constants, by_class, classed)
+        if k in classed:
+            strict.add(k)
+        elif per_input is None:
             strict.add(k)
             keeps_nan = relaxable is None or relaxable(k, COMPARISON_SENSITIVE)
             per_input = _nan_pattern_needs(program, instr, wanted, facts) if k not in decisions and keeps_nan else None
@@ -267,7 +277,21 @@ def analyze(
     classes = tuple(
         COMPARISON_SENSITIVE if k in strict else natural_class(program, k, chains) for k in range(len(program.instrs))
     )
-    return Analysis(classes, {v: frozenset(r) for v, r in needs.items()}, robust)
+    return Analysis(classes, {v: frozenset(r) for v, r in needs.items()}, robust, classed)
+
+
+def _class_needs(program: Program, instr: Instr, k: int, wanted: set, constants, by_class, classed) -> list[set] | None:
+    """What a pow computed by class asks of its operands (recording it in ``classed``), or
+    None: some predicate on it needs more than its class, no `class_rules` row, or the
+    policy keeps its value libm's (``by_class``)."""
+    if len(instr.outputs) != 1 or not all(decided_by_class(r) for r in wanted) or not by_class(k):
+        return None
+    row = class_rule(instr.op, [constants.get(v) for v in instr.inputs], program.dtypes[instr.outputs[0]])
+    if row is None or program.dtypes[instr.inputs[0]] != row.dtype:
+        return None
+    bands = row.input_bands(exact_bands(wanted))
+    classed[k] = (row, bands)
+    return [{class_req(bands)}, set()]
 
 
 def _nan_pattern_needs(program: Program, instr: Instr, wanted: set, facts) -> list[set] | None:
@@ -294,6 +318,21 @@ def relaxable_under(program: Program, policy) -> Callable[[int], bool] | None:
         return not (BREAKING_FLAGS & set(policy.flags_for(klass, program.instrs[k].op_name)))
 
     return relaxable
+
+
+def by_class_under(program: Program, policy) -> Callable[[int], bool] | None:
+    """``by_class`` for `analyze` under ``policy``: a pow may be computed by class where its
+    natural class's budget allows a value one ulp from libm's (``max_ulp >= 1``): the
+    representative's value reaches the readers that do not decide (`class_rules`)."""
+    if policy is None:
+        return None
+    chains = _reduction_chain(program)
+
+    def by_class(k: int) -> bool:
+        instr = program.instrs[k]
+        return policy.rule_for(natural_class(program, k, chains), instr.op_name).max_ulp >= 1
+
+    return by_class
 
 
 def sensitive_instrs(program: Program, sensitive_outputs=(), relaxable=None) -> set[int]:

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 
+from ptnumba_codegen.analysis.class_rules import describe_bands, is_class_req
+
 EXACT = "exact"
 NAN = ("nan",)
 COMPARISONS: dict[str, Callable] = {
@@ -114,7 +116,10 @@ def _none(pred, n_inputs):
 
 
 def _neg(pred, n_inputs):
-    """-x op c  <=>  x swap(op) -c: exact in every implementation."""
+    """-x op c  <=>  x swap(op) -c: exact in every implementation. Not a class requirement
+    (`class_rules`): it tells -0 from +0, which a negation with ``nsz`` need not keep."""
+    if is_class_req(pred):
+        return None
     if pred == NAN:
         return [{NAN}]
     _, op, c = pred
@@ -176,8 +181,11 @@ def _minus_one_times(pred, operands):
             return None
     except (TypeError, ValueError):  # a complex or non-numeric constant
         return None
+    negated = _neg(pred, 1)
+    if negated is None:
+        return None
     needs = [set(), set()]
-    needs[1 - k] = _neg(pred, 1)[0]
+    needs[1 - k] = negated[0]
     return needs
 
 
@@ -222,6 +230,8 @@ def describe(req) -> str:
         return "exact"
     if req == NAN:
         return "NaN pattern"
+    if is_class_req(req):
+        return "class" + (f" (bits where |x| in {describe_bands(req[1])})" if req[1] else "")
     return f"{_SYMBOLS[req[1]]} {req[2]:g}"
 
 

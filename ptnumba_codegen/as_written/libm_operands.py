@@ -35,6 +35,9 @@ class PowAsWritten(ps.Pow):
 
     # policies name it as pow: ``[ops.Pow]`` applies to it (`analysis.program.Instr.op_name`)
     policy_op_name = "Pow"
+    # libm's pow of its operands' values, never LLVM's folding of a constant exponent
+    # (`analysis.class_rules` computes some such pows by class)
+    constants_reach_libm = True
 
 
 pow_as_written = PowAsWritten(ps.upcast_out_min8, name="pow_as_written")

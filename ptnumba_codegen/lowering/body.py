@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
-from ptnumba_codegen.analysis.classify import analyze, relaxable_under
+from ptnumba_codegen.analysis.classify import analyze, by_class_under, relaxable_under
 from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
 from ptnumba_codegen.lowering.guards import branch_guards, emission_order
 from ptnumba_codegen.lowering.lazy_branches import condition_values, emit_lazily, lazy_guards
-from ptnumba_codegen.lowering.rules import plan_instr
+from ptnumba_codegen.lowering.rules import plan_by_class, plan_instr
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.analysis.program import Program
@@ -28,6 +28,7 @@ class PlannedBody:
     order: tuple[int, ...] = ()
     robust: dict = field(default_factory=dict)  # instruction -> predicates it decides robustly
     lazy: dict = field(default_factory=dict)  # instruction -> formula it is computed under (lazy_branches)
+    by_class: dict = field(default_factory=dict)  # instruction -> (class rule, bands): computed by class
 
     @property
     def uses_vector_math(self) -> bool:
@@ -86,12 +87,19 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_fact
     ``input_facts``: the inputs' intervals and relations (`graph_ranges`)."""
     for d in (*program.input_dtypes, *program.output_dtypes):
         numba_type(d)
-    analysis = analyze(program, sensitive_outputs, relaxable_under(program, policy), input_facts)
+    analysis = analyze(
+        program, sensitive_outputs, relaxable_under(program, policy), input_facts, by_class_under(program, policy)
+    )
     classes = analysis.classes
     flags, emitters = [], []
-    for instr, klass in zip(program.instrs, classes, strict=True):
+    for k, (instr, klass) in enumerate(zip(program.instrs, classes, strict=True)):
         instr_flags = policy.flags_for(klass, instr.op_name)
         flags.append(instr_flags)
+        if k in analysis.by_class:
+            row, bands = analysis.by_class[k]
+            dtypes = [program.dtypes[v] for v in instr.inputs], [program.dtypes[v] for v in instr.outputs]
+            emitters.append(plan_by_class(row, bands, *dtypes))
+            continue
         emitters.append(
             plan_instr(
                 instr.op,
@@ -115,6 +123,7 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_fact
         emission_order(program, guards, conditions),
         dict(analysis.robust),
         lazy,
+        dict(analysis.by_class),
     )
 
 

@@ -59,6 +59,8 @@ from ptnumba_codegen.lowering.formulas import (
     _uint_sign,
 )
 from ptnumba_codegen.as_written.libm_operands import PowAsWritten
+from ptnumba_codegen.analysis.class_rules import describe_bands
+from ptnumba_codegen.lowering.vecmath.class_calls import class_call
 from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
 from ptnumba_codegen.lowering.vecmath.isa import mark_pure
 from ptnumba_codegen.lowering.vecmath.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
@@ -593,3 +595,20 @@ def plan_instr(op, in_dtypes, out_dtypes, *, flags=(), klass="", policy=None) ->
 
 def rule_kind(op) -> str:
     return find_rule(op).kind
+
+
+def plan_by_class(row, bands, in_dtypes, out_dtypes) -> Emitter:
+    """The emitter of a pow computed by class (`analysis.class_rules`, `vecmath.class_calls`):
+    a float base of the row's dtype, the constant exponent cast to it (exact: the row's
+    exponent is a small integer) and moved to libm through `_opaque` as `libm_operands`
+    moves it."""
+    t = Typed(tuple(map(numba_type, in_dtypes)), tuple(map(numba_type, out_dtypes)))
+    fty = numba_type(row.dtype)
+    if t.inputs[0] != fty or t.outputs[0] != fty or not isinstance(t.inputs[1], types.Float):
+        raise Unsupported(f"class pow of {in_dtypes} -> {out_dtypes}")
+
+    def emit(context, builder, args, flags):
+        y = _cast(context, builder, args[1], t.inputs[1], fty)
+        return [class_call(builder, row, bands, args[0], _opaque(builder, y))]
+
+    return Emitter(emit, label=f"class pow (1/x; libm pow where |x| in {describe_bands(bands)})", pays_alone=True)

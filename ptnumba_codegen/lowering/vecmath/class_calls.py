@@ -1,0 +1,126 @@
+"""Class calls: a libm call whose readers need only its result's class (`analysis.class_rules`).
+
+``class_call(builder, row, bands, x, y)`` is ``pow(x, y)`` (y the row's constant exponent,
+passed as a value LLVM cannot fold) where |x| lies in ``bands`` -- bit for bit libm's
+pow there -- and the row's representative elsewhere (``1 / x``: correctly rounded, the
+same class as libm's pow outside the bands). Like a lane call (`lane_calls`) the call site
+calls a ``noinline`` scalar wrapper that names a vector variant in
+``"vector-function-abi-variant"``: the variant divides a whole vector and calls libm lane
+by lane only for a vector with a lane in a band (a subnormal x for ``pow(x, -1)``:
+rare), so the loop around it vectorizes; the remainder runs the scalar wrapper, which
+branches the same way per element.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from llvmlite import ir
+
+from ptnumba_codegen.analysis.class_rules import Bands, ClassRule
+from ptnumba_codegen.lowering.vecmath.exact_lanes import lane_by_lane, vector_function
+from ptnumba_codegen.lowering.vecmath.isa import ISA_BITS, keep_alive, lane_count, mark_pure, target_isa
+
+# dtype -> (libm symbol of pow, LLVM float type, integer type of its bits)
+POW_SYMBOLS = {"float64": ("pow", ir.DoubleType(), ir.IntType(64)), "float32": ("powf", ir.FloatType(), ir.IntType(32))}
+
+
+def _splat(ty, v):
+    return ir.Constant(ty, [ty.element(v)] * ty.count) if isinstance(ty, ir.VectorType) else ir.Constant(ty, v)
+
+
+def _abs(b: ir.IRBuilder, x, ity):
+    """|x| by clearing the sign bit (``ity``: the integer type of one element's bits)."""
+    mask = (1 << (ity.width - 1)) - 1
+    if isinstance(x.type, ir.VectorType):
+        ity = ir.VectorType(ity, x.type.count)
+    return b.bitcast(b.and_(b.bitcast(x, ity), _splat(ity, mask)), x.type)
+
+
+def _in_bands(b: ir.IRBuilder, x, bands: Bands, ity):
+    """lo <= |x| <= hi for one of ``bands`` (NaN: in none)."""
+    ax = _abs(b, x, ity)
+    hit = None
+    for lo, hi in bands:
+        one = b.and_(b.fcmp_ordered(">=", ax, _splat(x.type, lo)), b.fcmp_ordered("<=", ax, _splat(x.type, hi)))
+        hit = one if hit is None else b.or_(hit, one)
+    if hit is None:
+        return _splat(ir.VectorType(ir.IntType(1), x.type.count), 0) if isinstance(x.type, ir.VectorType) else ir.IntType(1)(0)
+    return hit
+
+
+def _representative(b: ir.IRBuilder, row: ClassRule, x):
+    if row.representative == "reciprocal":
+        return b.fdiv(_splat(x.type, 1.0), x)  # no flags: IEEE division
+    raise ValueError(f"unknown representative {row.representative!r}")
+
+
+def _libm(module: ir.Module, symbol: str, fty) -> ir.Function:
+    fn = module.globals.get(symbol)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(fty, [fty, fty]), symbol)
+    return fn
+
+
+def _names(row: ClassRule, bands: Bands, symbol: str, lanes: int) -> tuple[str, str]:
+    tag = hashlib.sha256(repr((row.representative, row.exponent, bands)).encode()).hexdigest()[:12]
+    return f"ptnumba_class_{symbol}_{tag}", f"ptnumba_class{lanes}_{symbol}_{tag}"
+
+
+def _define_scalar(module, name, row, bands, symbol, fty, ity) -> ir.Function:
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = ir.Function(module, ir.FunctionType(fty, [fty, fty]), name)
+    fn.linkage = "linkonce_odr"
+    fn.attributes.add("noinline")  # inlined, the call would lose its variant
+    mark_pure(fn)
+    x, y = fn.args
+    entry, call_bb, rep_bb = (fn.append_basic_block(s) for s in ("entry", "libm", "representative"))
+    b = ir.IRBuilder(entry)
+    b.cbranch(_in_bands(b, x, bands, ity), call_bb, rep_bb)
+    b.position_at_end(call_bb)
+    b.ret(b.call(_libm(module, symbol, fty), [x, y]))
+    b.position_at_end(rep_bb)
+    b.ret(_representative(b, row, x))
+    return fn
+
+
+def _define_vector(module, name, row, bands, symbol, fty, ity, lanes) -> ir.Function:
+    fn, new = vector_function(module, name, fty, lanes, 2)
+    if not new:
+        return fn
+    x, y = fn.args
+    entry, call_bb, rep_bb = (fn.append_basic_block(s) for s in ("entry", "libm", "representative"))
+    b = ir.IRBuilder(entry)
+    hit = _in_bands(b, x, bands, ity)
+    mty = ir.IntType(lanes)
+    b.cbranch(b.icmp_unsigned("!=", b.bitcast(hit, mty), mty(0)), call_bb, rep_bb)
+    b.position_at_end(call_bb)  # a lane in a band: libm on every lane (its bits: its class)
+    b.ret(lane_by_lane(b, _libm(module, symbol, fty), x, y))
+    b.position_at_end(rep_bb)
+    b.ret(_representative(b, row, x))
+    keep_alive(module, fn)
+    return fn
+
+
+def class_call(builder: ir.IRBuilder, row: ClassRule, bands: Bands, x, y) -> ir.Value:
+    """``pow(x, y)``'s class (bits where |x| is in ``bands``), scalars of ``row.dtype``."""
+    symbol, fty, ity = POW_SYMBOLS[row.dtype]
+    module = builder.module
+    isa = target_isa()
+    lanes = lane_count(isa, row.dtype) if isa is not None else 0
+    sname, vname = _names(row, bands, symbol, lanes)
+    scalar = _define_scalar(module, sname, row, bands, symbol, fty, ity)
+    call = builder.call(scalar, [x, y])
+    if isa is None:
+        return call
+    variant = _define_vector(module, vname, row, bands, symbol, fty, ity, lanes)
+    attrs = builder.function.attributes
+    if not any(str(a).startswith('"prefer-vector-width"') for a in attrs):
+        set.add(attrs, f'"prefer-vector-width"="{ISA_BITS[isa]}"')
+    set.add(call.attributes, f'"vector-function-abi-variant"="_ZGV_LLVM_N{lanes}vv_{sname}({variant.name})"')
+    return call
+
+
+__all__ = ["POW_SYMBOLS", "class_call"]

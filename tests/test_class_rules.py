@@ -1,0 +1,269 @@
+"""Pows computed by class (`ptnumba_codegen.analysis.class_rules`): a pow of a constant
+exponent whose readers decide only on its class is ``1 / x``, libm's pow in the bands.
+
+Each row is checked against glibc's pow itself (`exact_lanes.libm_reference`: libm's
+symbol, called through a pointer): every special value, 10^5 consecutive doubles around
+each band edge and threshold (both signs), 4M random bit patterns. Then whole graphs: every
+decision equal to the reference (``Mode(linker="numba", optimizer=None)``, fastmath off)
+at the same points, the pows lowered by class; and where a reader needs the bits, or the
+policy has no budget, they are not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor.tensor as pt
+import pytest
+
+from conftest import compile_fn
+from ptnumba_codegen.analysis.class_rules import CLASS_RULES, DENORM_MIN64, TINY64, class_req, merge_bands
+
+MAX64 = float(np.finfo(np.float64).max)
+ROW = CLASS_RULES[(-1.0, "float64")]
+SPECIAL = np.array(
+    [0.0, -0.0, np.inf, -np.inf, np.nan, DENORM_MIN64, -DENORM_MIN64, 2.0**-1024, -(2.0**-1024), TINY64, -TINY64,
+     MAX64, -MAX64, 1.0, -1.0, 0.5, 2.0, 2.0**1021, 2.0**1023]
+)  # fmt: skip
+EDGES = (0.0, DENORM_MIN64, 2.0**-1024, 2.0**-1023, TINY64, 2.0**-1021, 1.0, 2.0**1021, 2.0**1022, 2.0**1023, MAX64, np.inf)
+
+
+def klass(v):
+    """IEEE class per element: NaN, -inf, negative, -0, +0, positive, +inf."""
+    v = np.asarray(v, dtype=np.float64)
+    out = np.zeros(v.shape, np.int8)  # NaN
+    for code, mask in enumerate(
+        [v == -np.inf, (v < 0) & np.isfinite(v), (v == 0) & np.signbit(v), (v == 0) & ~np.signbit(v),
+         (v > 0) & np.isfinite(v), v == np.inf], start=1
+    ):  # fmt: skip
+        out[mask] = code
+    return out
+
+
+def around(x, k):
+    """The 2k + 1 doubles around |x| (within [+0, +inf]), and their negatives."""
+    b = int(np.float64(x).view(np.int64))
+    bits = np.arange(max(b - k, 0), min(b + k, 0x7FF0000000000000) + 1, dtype=np.int64)
+    v = bits.view(np.float64)
+    return np.concatenate([v, -v])
+
+
+def edge_points(k=50_000, n_random=0):
+    parts = [SPECIAL, *(around(e, k) for e in EDGES)]
+    if n_random:
+        parts.append(np.random.default_rng(0).integers(0, 2**64, n_random, dtype=np.uint64).view(np.float64))
+    return np.concatenate(parts)
+
+
+def libm_pow(x, y):
+    from ptnumba_codegen.lowering.vecmath.exact_lanes import libm_reference
+
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    return libm_reference("pow", np.stack([x, np.full_like(x, y)]))
+
+
+def in_bands(x, bands):
+    ax, hit = np.abs(x), np.zeros(np.shape(x), bool)
+    for lo, hi in bands:
+        hit |= (ax >= lo) & (ax <= hi)
+    return hit
+
+
+def by_class(x, row, bands, representative):
+    """The lowering's value: libm's pow in ``bands``, the representative elsewhere."""
+    with np.errstate(all="ignore"):
+        return np.where(in_bands(x, bands), libm_pow(x, row.exponent), representative(x))
+
+
+def reciprocal(x):
+    with np.errstate(all="ignore"):
+        return 1.0 / x
+
+
+def row_violations(row, representative, xs) -> dict:
+    """Where the row's promises fail on ``xs``: the class outside the band, the output
+    bands' preimage, a chain of two pows (the inner one's bits in the outer one's band)."""
+    with np.errstate(all="ignore"):
+        libm = libm_pow(xs, row.exponent)
+    outside = ~in_bands(xs, row.band)
+    chain_bands = row.input_bands(row.band)
+    inner = by_class(xs, row, chain_bands, representative)
+    outer = by_class(inner, row, row.band, representative)
+    return {
+        "class outside the band": int((klass(representative(xs)) != klass(libm))[outside].sum()),
+        "preimage": int((in_bands(libm, row.band) & ~in_bands(xs, row.preimage(row.band))).sum()),
+        "chain": int((klass(outer) != klass(libm_pow(libm, row.exponent))).sum()),
+    }
+
+
+def test_the_reciprocal_has_libms_class_outside_the_band_at_every_edge():
+    xs = edge_points(50_000, n_random=4_000_000)
+    assert row_violations(ROW, reciprocal, xs) == {"class outside the band": 0, "preimage": 0, "chain": 0}
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        lambda x: reciprocal(np.abs(x)),  # the sign of a negative x (and of -0) lost
+        lambda x: x,  # 0 and inf swapped
+        lambda x: reciprocal(x.astype(np.float32)).astype(np.float64),  # overflows below 2^-128
+    ],
+    ids=["abs", "identity", "float32"],
+)
+def test_the_check_catches_a_wrong_representative(wrong):
+    """The same check fails for representatives that are wrong somewhere: the sign lost,
+    0 and inf swapped, a float32 division (overflows for |x| < 2^-128, outside the band)."""
+    with np.errstate(all="ignore"):
+        assert sum(row_violations(ROW, wrong, edge_points(2_000)).values()) > 0
+
+
+def test_a_row_without_the_preimage_band_fails_the_chain():
+    """With a representative whose bits are not the value's (the sign: the class alone),
+    the inner pow must call libm where the outer one does: the preimage band."""
+    import dataclasses
+
+    sign = lambda x: np.where(np.isfinite(x) & (x != 0), np.sign(x), reciprocal(x))  # noqa: E731
+    xs = edge_points(2_000)
+    assert row_violations(ROW, sign, xs)["chain"] == 0
+    broken = dataclasses.replace(ROW, preimage=lambda bands: ())
+    assert row_violations(broken, sign, xs)["chain"] > 0
+
+
+def test_bands_and_requirements():
+    assert merge_bands([(4.0, 5.0), (1.0, 2.0), (1.5, 3.0)]) == ((1.0, 3.0), (4.0, 5.0))
+    assert class_req([(2.0, 3.0), (1.0, 2.5)]) == ("class", ((1.0, 3.0),))
+    assert ROW.input_bands(ROW.band) == ((DENORM_MIN64, TINY64), (2.0**1021, np.inf))
+    assert ROW.input_bands(()) == ROW.band
+
+
+# -- whole graphs ------------------------------------------------------------------------
+
+
+def _graph():
+    x, a = pt.vectors("x", "a")
+    v = x / pt.exp(a)
+    w = v ** pt.constant(-1.0, dtype="float32")
+    u = w ** pt.constant(-1.0, dtype="float32")
+    outs = [
+        pt.gt(u, 0),
+        pt.eq(-1 * pt.log(w), -np.inf),
+        pt.isinf(u),
+        pt.isnan(u),
+        pt.lt(w, 0),
+        pt.eq(u, 0),
+        pt.all(pt.gt(u, 0)),
+    ]
+    return [x, a], outs
+
+
+def _labels(fn):
+    from ptnumba_codegen.explain import explain
+
+    return str(explain(fn))
+
+
+def test_a_graph_deciding_on_the_class_of_pows_equals_the_reference_at_every_edge():
+    inputs, outs = _graph()
+    fn = compile_fn(inputs, outs, "policy_as_written", cache_key="class_pow")
+    ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key="class_pow")
+    assert _labels(fn).count("class pow (1/x") == 2  # w (the copies merge: one kernel) and u
+    xs = edge_points(50_000)
+    for av in (np.zeros_like(xs), np.full_like(xs, -1.0), np.full_like(xs, 700.0)):
+        for k, (got, want) in enumerate(zip(fn(xs, av), ref(xs, av), strict=True)):
+            np.testing.assert_array_equal(got, want, err_msg=f"output {k}")
+
+
+def test_a_reader_that_needs_the_bits_keeps_libms_pow():
+    """``pow(x, -1) <= b`` needs pow's bits: no class pow (exact lanes, or libm)."""
+    x, b = pt.vectors("x", "b")
+    w = x ** pt.constant(-1.0, dtype="float32")
+    outs = [pt.le(w, b), pt.gt(w, 0)]
+    fn = compile_fn([x, b], outs, "policy_as_written", cache_key="class_pow_bits")
+    assert "class pow" not in _labels(fn)
+
+
+def test_a_policy_without_budget_keeps_libms_pow():
+    """Opaque copies compile under `strict` (no budget: the representative's value would
+    reach readers that do not decide): libm's pow."""
+    inputs, outs = _graph()
+    fn = compile_fn(inputs, outs, "policy_as_written_opaque", cache_key="class_pow")
+    assert "class pow" not in _labels(fn)
+    ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key="class_pow")
+    xs = edge_points(2_000)
+    for got, want in zip(fn(xs, np.zeros_like(xs)), ref(xs, np.zeros_like(xs)), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_analysis_gives_the_chain_its_bands():
+    """pow(pow(v, -1), -1) > 0: the outer pow calls libm in its own band, the inner one in
+    its own and where its result falls in the outer one's (|v| >= 2^1021)."""
+    from ptnumba_codegen.analysis.classify import analyze, by_class_under
+    from ptnumba_codegen.analysis.program import from_scalar_op
+    from ptnumba_codegen.as_written.libm_operands import pow_as_written
+    from ptnumba_codegen.policy import load_policy
+    from pytensor.scalar import basic as ps
+
+    v = ps.float64("v")
+    c = ps.constant(np.float32(-1.0))
+    out = ps.gt(pow_as_written(pow_as_written(v, c), c), ps.constant(np.int8(0)))
+    program = from_scalar_op(ps.Composite([v], [out]), ("float64",))
+    pows = [k for k, i in enumerate(program.instrs) if i.op_name == "Pow"]
+    found = analyze(program, by_class=by_class_under(program, load_policy("as_written")))
+    assert found.by_class[pows[0]][1] == ((DENORM_MIN64, TINY64), (2.0**1021, np.inf))
+    assert found.by_class[pows[1]][1] == ((DENORM_MIN64, TINY64),)
+    assert analyze(program, by_class=by_class_under(program, load_policy("strict"))).by_class == {}
+    assert analyze(program).by_class == {}
+
+
+# glibc's pow(X0, -1) is one ulp above 1 / X0 (found by search; checked below)
+X0 = 1.6466247187677132
+POW_X0 = 0.6073029200899956
+
+
+def test_a_comparison_with_another_constant_keeps_libms_pow():
+    """``pow(x, -1) >= c`` for a c other than 0 or +-inf needs pow's bits: at X0, libm's
+    pow is c and 1 / X0 is one ulp below it."""
+    assert libm_pow(np.array([X0]), -1.0)[0] == POW_X0 and 1.0 / X0 < POW_X0
+    x = pt.vector("x")
+    outs = [pt.ge(x ** pt.constant(-1.0, dtype="float32"), POW_X0)]
+    fn = compile_fn([x], outs, "policy_as_written", cache_key="class_pow_c")
+    ref = compile_fn([x], outs, "unoptimized_strict", cache_key="class_pow_c")
+    assert "class pow" not in _labels(fn)
+    xs = np.array([X0, np.nextafter(X0, 0), np.nextafter(X0, 2)])
+    np.testing.assert_array_equal(fn(xs)[0], ref(xs)[0])
+    assert ref(xs)[0][0]
+
+
+def test_default_has_no_class_pow_and_decides_as_stock_strict():
+    """Under `default` no pow is a `PowAsWritten` (LLVM folds ``pow(x, -1.0)`` to ``1 / x`` in
+    stock strict too): nothing is computed by class, and the decisions are stock strict's."""
+    inputs, outs = _graph()
+    fn = compile_fn(inputs, outs, "policy_default", cache_key="class_pow")
+    ref = compile_fn(inputs, outs, "stock_strict", cache_key="class_pow")
+    assert "class pow" not in _labels(fn)
+    xs = edge_points(2_000)
+    for av in (np.zeros_like(xs), np.full_like(xs, 700.0)):
+        for got, want in zip(fn(xs, av), ref(xs, av), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("negate", ["neg", "minus_one_times"])
+def test_a_negation_read_by_class_stays_strict(negate):
+    """``pow(-x, -1) > 0`` tells ``x = +0`` (``-x = -0``: -inf, false) from ``x = -0`` (+inf,
+    true): the class of ``-x`` includes the sign of a zero, which a negation with ``nsz``
+    (its flags outside cones, if a robust rule let it go) need not keep. It stays strict,
+    and x must be exact."""
+    from ptnumba_codegen.analysis.classify import EXACT, analyze, by_class_under
+    from ptnumba_codegen.analysis.program import from_scalar_op
+    from ptnumba_codegen.as_written.libm_operands import pow_as_written
+    from ptnumba_codegen.flags import COMPARISON_SENSITIVE
+    from ptnumba_codegen.policy import load_policy
+    from pytensor.scalar import basic as ps
+
+    v = ps.float64("v")
+    minus = ps.neg(v) if negate == "neg" else ps.mul(ps.constant(np.float64(-1.0)), v)
+    out = ps.gt(pow_as_written(minus, ps.constant(np.float32(-1.0))), ps.constant(np.int8(0)))
+    program = from_scalar_op(ps.Composite([v], [out]), ("float64",))
+    found = analyze(program, by_class=by_class_under(program, load_policy("as_written")))
+    k = next(k for k, i in enumerate(program.instrs) if i.op_name in ("Neg", "Mul"))
+    assert found.classes[k] == COMPARISON_SENSITIVE and k not in found.robust
+    assert found.needs[program.inputs[0]] == {EXACT}
+    assert len(found.by_class) == 1
