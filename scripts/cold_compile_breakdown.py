@@ -1,6 +1,6 @@
-"""Where one cold compile of a catalogue model goes: exclusive seconds per section.
+"""Where one cold (or warm) compile of a catalogue model goes: exclusive seconds per section.
 
-    PYTHONPATH=. .venv/bin/python scripts/cold_compile_breakdown.py CATALOGUE MODEL BACKEND [--json FILE]
+    PYTHONPATH=. .venv/bin/python scripts/cold_compile_breakdown.py CATALOGUE MODEL BACKEND [--warm] [--json FILE]
 
 Builds MODEL of the catalogue checkout CATALOGUE (`tools.catalogue_bench`), compiles its
 logp+dlogp under BACKEND (`stock_fast`, `policy_default`, ...) with PyTensor's numba cache
@@ -14,6 +14,16 @@ is split by library: the final function (``numba_funcified_fgraph``), libraries 
 ``policy*`` (the generator's kernels as PyTensor wraps them) and every other one (stock
 kernels, numba's own overloads, the generator's kernel entries, named ``impl``).
 
+With ``--warm`` a first process (this script, cold, on a fresh cache directory) fills
+PyTensor's numba cache and this process compiles again on it (a *warm* compile, what a
+user's second process pays); with ``--cache-dir`` too, the directory is used as it is when
+it is not empty (several warm processes on one cold one). Sections only warm processes show: numba's cache loads
+(``numba cache load``: unpickling and loading a stored function's object code), Python's
+garbage collector (``gc``, every collection counted where it ran), imports done during
+the compile (``imports``), the exact-lanes status and the thread runtime's start.
+Counts: code libraries finalized (LLVM machine code emitted in this process) and
+functions loaded from numba's cache.
+
 Measurement only: it wraps numba and PyTensor internals in this process.
 """
 
@@ -22,23 +32,29 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import gc
 import json
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 TOTALS: collections.defaultdict = collections.defaultdict(float)
+COUNTS: collections.Counter = collections.Counter()
 STACK: list = []
+CLOCK = [time.perf_counter]  # --cpu: time.process_time (a loaded machine moves wall seconds, not CPU seconds)
 
 
 def _push(cat):
-    now = time.perf_counter()
+    now = CLOCK[0]()
     if STACK:
         TOTALS[STACK[-1][0]] += now - STACK[-1][1]
     STACK.append([cat, now])
 
 
 def _pop():
-    now = time.perf_counter()
+    now = CLOCK[0]()
     cat, t = STACK.pop()
     TOTALS[cat] += now - t
     if STACK:
@@ -57,6 +73,10 @@ def wrap(owner, attr, cat, by_library=False):
 
     @functools.wraps(f)
     def timed(*args, **kwargs):
+        if attr == "_finalize_specific":
+            COUNTS[f"libraries finalized ({_library_kind(args[0])})"] += 1
+        elif attr == "load_overload":
+            COUNTS["functions loaded from numba's cache"] += 1
         _push(f"LLVM {_library_kind(args[0])} libs" if by_library else cat)
         try:
             return f(*args, **kwargs)
@@ -71,19 +91,56 @@ def install():
     from numba.core import codegen, event
     from pytensor.link.numba.linker import NumbaLinker
 
+    import importlib._bootstrap as bootstrap
+
+    from numba.core import caching
+
     import ptnumba_codegen.backend.dispatch as dispatch
     import ptnumba_codegen.backend.plans as plans
     import ptnumba_codegen.lowering.base as base
     import ptnumba_codegen.lowering.kernel as kernel
+    import ptnumba_codegen.lowering.vecmath.exact_lanes as exact_lanes
     import ptnumba_codegen.passes.policy_codegen as policy_codegen
+    import ptnumba_codegen.runtime.threads as threads
 
     wrap(maker.FunctionMaker, "prepare_fgraph", "rewrites (excl. policy pass)")
     wrap(policy_codegen.PolicyCodegen, "apply", "policy pass")
-    wrap(NumbaLinker, "fgraph_convert", "funcify (incl. planning)")
-    wrap(plans, "plan_node", "funcify (incl. planning)")
+    wrap(NumbaLinker, "fgraph_convert", "funcify")
+    wrap(plans, "plan_node", "policy planning")
+    wrap(dispatch, "funcify_policy_node", "policy funcify (keys, kernel objects)")
+    from ptnumba_codegen.as_written import freeze
+
+    wrap(freeze.AsWrittenPass, "apply", "as_written passes")
+    wrap(freeze.InlineAsWritten, "apply", "as_written passes")
     dispatch.plan_node = plans.plan_node
     wrap(base.cpu_target.typing_context, "refresh", "typing-context refresh")
     wrap(kernel, "dry_run", "dry runs")
+    wrap(caching.Cache, "load_overload", "numba cache load")
+    wrap(exact_lanes, "status", "exact-lanes status")
+    wrap(threads, "ensure_threading", "thread runtime start")
+    policy_codegen.ensure_threading = threads.ensure_threading
+    wrap(bootstrap, "_find_and_load", "imports")
+
+    import pytensor.gradient as gradient
+    from pytensor.graph.rewriting import db
+
+    import pytensor
+    from ptnumba_codegen.tools import modelbench
+
+    wrap(db.SequenceDB, "query", "rewrite database queries")
+    wrap(db.EquilibriumDB, "query", "rewrite database queries")
+    wrap(modelbench, "compile_mode", "mode setup (incl. policy load)")
+    wrap(gradient, "grad", "gradient")
+    pytensor.grad = gradient.grad
+
+    def collecting(phase, info):
+        if phase == "start":
+            _push("gc")
+        elif STACK and STACK[-1][0] == "gc":
+            COUNTS[f"gc generation {info['generation']}"] += 1
+            _pop()
+
+    gc.callbacks.append(collecting)
     for attr in ("add_ir_module", "finalize", "_optimize_final_module"):
         wrap(codegen.CPUCodeLibrary, attr, "", by_library=True)
     wrap(codegen.JITCodeLibrary, "_finalize_specific", "", by_library=True)
@@ -105,22 +162,39 @@ def main(argv=None) -> int:
     ap.add_argument("model")
     ap.add_argument("backend")
     ap.add_argument("--json", help="append the record to this file (one JSON object a line)")
+    ap.add_argument("--warm", action="store_true", help="a cold process first fills the cache; this one is timed")
+    ap.add_argument("--cache-dir", help="PyTensor's numba cache directory (default: a fresh one)")
+    ap.add_argument("--cpu", action="store_true", help="sections in CPU seconds of this process (default: wall)")
     args = ap.parse_args(argv)
+    if args.cpu:
+        CLOCK[0] = time.process_time
+    cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="compile-cache-")
+    if args.warm and not any(Path(cache_dir).glob("*")):
+        subprocess.run([sys.executable, __file__, args.catalogue, args.model, args.backend, "--cache-dir", cache_dir],
+                       check=True, stdout=subprocess.DEVNULL)
     from ptnumba_codegen.tools import catalogue_bench as cb
 
     entry = cb.discover(args.catalogue)[args.model]
     recipe = cb.load_recipe(args.catalogue)
-    cb.build(args.catalogue, entry, "original")  # first-build costs (imports) are not the compile's
+    if not args.warm:  # first-build costs (imports) are not a cold compile's; a warm one is the bench worker's
+        cb.build(args.catalogue, entry, "original")
     install()
+    cpu0 = time.process_time()
     _push("other (model, gradient, graph, linker)")
     c = cb.compile_catalogue_model(args.catalogue, entry, "original", args.backend,
-                                   cache_dir=tempfile.mkdtemp(prefix="cold-cache-"), recipe=recipe)
+                                   cache_dir=cache_dir, recipe=recipe)
     _pop()
-    rec = {"model": args.model, "backend": args.backend, "cold": c.compile_s + c.first_call_s,
-           "sections": {k: round(v, 4) for k, v in sorted(TOTALS.items(), key=lambda kv: -kv[1])}}
-    print(f"{args.model} / {args.backend}: cold compile {rec['cold']:.2f} s")
+    cpu = time.process_time() - cpu0
+    kind = "warm" if args.warm else "cold"
+    rec = {"model": args.model, "backend": args.backend, "kind": kind, "seconds": c.compile_s + c.first_call_s,
+           "cpu_s": round(cpu, 4),
+           "clock": "cpu" if args.cpu else "wall", "sections": {k: round(v, 4) for k, v in sorted(TOTALS.items(), key=lambda kv: -kv[1])},
+           "counts": dict(COUNTS)}
+    print(f"{args.model} / {args.backend}: {kind} compile {rec['seconds']:.2f} s")
     for k, v in rec["sections"].items():
         print(f"  {v:7.3f}  {k}")
+    for k, v in sorted(COUNTS.items()):
+        print(f"  {v:7d}  {k}")
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(rec) + "\n")

@@ -113,3 +113,26 @@ def test_fingerprint_tracks_ops_dtypes_and_constants():
     p1b = from_scalar_op(ps.Composite([x], [x * 2.0]), [F])
     assert p1.fingerprint() == p1b.fingerprint()
     assert len({p1.fingerprint(), p2.fingerprint(), p3.fingerprint()}) == 3
+
+
+def test_a_scalar_op_is_flattened_once_per_object_and_dtypes(monkeypatch):
+    """The pass's analysis, range propagation and planning all flatten a kernel's scalar
+    op; the Program (immutable) is built once per op object and dtypes (issue 20, warm
+    compiles), and another op or other dtypes get their own."""
+    import pytensor.scalar as ps
+
+    from ptnumba_codegen.analysis import program as prog
+
+    flattened = []
+    real = prog._flatten
+    monkeypatch.setattr(prog, "_flatten", lambda *a: flattened.append(a[0]) or real(*a))
+    x, y = ps.float64("x"), ps.float64("y")
+    comp = ps.Composite([x, y], [x * y + 1.0])
+    first = prog.from_scalar_op(comp, ["float64", "float64"])
+    assert prog.from_scalar_op(comp, ["float64", "float64"]) is first
+    assert len(flattened) == 1
+    as32 = prog.from_scalar_op(comp, ["float32", "float32"])
+    assert as32.input_dtypes == ("float32", "float32") and len(flattened) == 2
+    other = ps.Composite([x, y], [x * y - 1.0])
+    assert prog.from_scalar_op(other, ["float64", "float64"]).fingerprint() != first.fingerprint()
+    assert len(flattened) == 3

@@ -87,6 +87,18 @@ import pytensor.link.numba.cache as numba_cache
 import ptnumba_codegen
 
 numba_cache.NUMBA_CACHE_PATH = Path(sys.argv[1])
+from numba.core import event
+lowered = []
+
+class CountLowering(event.Listener):  # every function numba lowers (types and emits) here
+    def on_start(self, ev):
+        if ev.data["name"].startswith("native_lowering"):
+            lowered.append(ev.data["name"])
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:run_pass", CountLowering())
 actions = pt.as_tensor_variable(np.array([0, 1, 1, 0, 1, 1, 0, 1], dtype="int32"))
 rewards = pt.as_tensor_variable(np.array([1, 0, 1, 1, 0, 1, 0, 1], dtype="int32"))
 alpha, beta = pt.dscalars("alpha", "beta")
@@ -102,6 +114,7 @@ with pytensor.config.change_flags(numba__cache=True):
     fn = pytensor.function([alpha, beta], [logp, *pt.grad(logp, [alpha, beta])],
                            mode=ptnumba_codegen.policy_mode("default"))
     print("PROBE", [float(v) for v in fn(0.5, 5.0)])
+print("LOWERED", len(lowered))
 """
 
 
@@ -113,17 +126,22 @@ def _warm_probe(cache_dir, seed: str):
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     [line] = [ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")]
-    return line, sorted(p.name for p in cache_dir.iterdir())
+    [lowered] = [int(ln.split()[1]) for ln in out.stdout.splitlines() if ln.startswith("LOWERED ")]
+    return line, sorted(p.name for p in cache_dir.iterdir()), lowered
 
 
 def test_a_second_process_compiles_nothing(tmp_path):
     """Every key of a Scan model is the same in a second process (another hash seed, other
-    addresses), so the warm compile reads every kernel from the disk cache and writes none."""
-    cold, cold_files = _warm_probe(tmp_path, "1")
+    addresses), so the warm compile reads every kernel from the disk cache, writes none and
+    lowers no function: numba types and emits nothing of the generator's (or anyone's)
+    again (issue 20: warm compiles)."""
+    cold, cold_files, cold_lowered = _warm_probe(tmp_path, "1")
     assert any(name.startswith("string.policy_") for name in cold_files), cold_files
-    warm, warm_files = _warm_probe(tmp_path, "2")
+    assert cold_lowered > 0
+    warm, warm_files, warm_lowered = _warm_probe(tmp_path, "2")
     assert warm == cold
     assert warm_files == cold_files  # a key that changed would have added an entry
+    assert warm_lowered == 0, f"a warm process lowered {warm_lowered} functions"
 
 
 def _edit(path: Path):

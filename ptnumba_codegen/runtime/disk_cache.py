@@ -1,9 +1,10 @@
 """Where the generator keeps what it computes once per machine, not once per process.
 
-Two things are worth keeping across processes besides the kernels PyTensor caches (issue
+Three things are worth keeping across processes besides the kernels PyTensor caches (issue
 20: a warm process compiled its model 0.5-1 s slower under the policy than stock): the
-exact-lanes self-check's verdicts (`lowering.vecmath.check_cache`) and the split-loop
-runtime's object code (`runtime.runtime_cache`). Both live beside PyTensor's numba kernel
+exact-lanes self-check's verdicts (`lowering.vecmath.check_cache`), the split-loop
+runtime's object code (`runtime.runtime_cache`) and the libm data the exact lanes and every
+kernel's cache key name (`lowering.vecmath.libm_data_cache`). All live beside PyTensor's numba kernel
 cache (``NUMBA_CACHE_PATH``), each under its own subdirectory, and only while
 ``pytensor.config.numba__cache`` is on: turning the kernel cache off turns them off too, and
 pointing it elsewhere moves them. Every file is written atomically (a reader sees the old
@@ -12,6 +13,7 @@ file or the new one) and every failure to read or write is a miss, never an erro
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -72,7 +74,17 @@ def write(path: Path, data: bytes) -> bool:
 
 
 def file_digest(path: str) -> str:
-    """sha256 of the file at ``path`` (``unreadable: ...`` when it cannot be read)."""
+    """sha256 of the file at ``path`` (``unreadable: ...`` when it cannot be read); read
+    once per process while the file's identity (device, inode, size, mtime) stays."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        return f"unreadable: {err}"
+    return _digest(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(path: str, identity: tuple) -> str:
     try:
         with open(path, "rb") as f:
             return hashlib.file_digest(f, "sha256").hexdigest()

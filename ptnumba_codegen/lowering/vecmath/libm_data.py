@@ -27,6 +27,8 @@ from functools import cache
 
 import numpy as np
 
+from ptnumba_codegen.lowering.vecmath import libm_data_cache
+
 EXP_TABLE_BITS = 7
 N = 1 << EXP_TABLE_BITS
 HEADER_WORDS = 14  # doubles before the table in glibc's struct exp_data
@@ -117,11 +119,12 @@ def find_exp_data(path: str) -> ExpData | str:
 
 @cache
 def glibc_exp_data() -> ExpData | str:
-    """`find_exp_data` of this process's libm (once per process)."""
+    """`find_exp_data` of this process's libm (once per process; from disk when an earlier
+    process found it, see `libm_data_cache`)."""
     path = mapped_libm()
     if path is None:
         return "no libm mapped in this process"
-    return find_exp_data(path)
+    return libm_data_cache.found("exp", path, ExpData, find_exp_data)
 
 
 # -- log (glibc 2.28 on: sysdeps/ieee754/dbl-64/e_log_data.c, struct log_data) ---------------
@@ -226,11 +229,11 @@ def find_log_data(path: str) -> LogData | str:
 
 @cache
 def glibc_log_data() -> LogData | str:
-    """`find_log_data` of this process's libm (once per process)."""
+    """`find_log_data` of this process's libm (once per process; `libm_data_cache`)."""
     path = mapped_libm()
     if path is None:
         return "no libm mapped in this process"
-    return find_log_data(path)
+    return libm_data_cache.found("log", path, LogData, find_log_data)
 
 
 # -- pow (glibc 2.28 on: e_pow_log_data.c, struct pow_log_data; exp_inline uses exp's data) --
@@ -311,11 +314,11 @@ def find_pow_data(path: str, exp: ExpData | str) -> PowData | str:
 
 @cache
 def glibc_pow_data() -> PowData | str:
-    """`find_pow_data` of this process's libm (once per process)."""
+    """`find_pow_data` of this process's libm (once per process; `libm_data_cache`)."""
     path = mapped_libm()
     if path is None:
         return "no libm mapped in this process"
-    return find_pow_data(path, glibc_exp_data())
+    return libm_data_cache.found("pow", path, PowData, lambda p: find_pow_data(p, glibc_exp_data()))
 
 
 __all__ = [
