@@ -202,3 +202,10 @@ def test_a_dot_product_bounds_k_terms():
     assert fact.nan
     [fact] = evaluate([A @ b], {A: 1e100, b: 1e100})
     assert not fact.nan and fact.hi >= 1000 * 1e200
+
+
+def test_a_sum_of_positive_terms_keeps_its_lower_bound():
+    # 3 + x*x >= 3 (PyMC's HSGP: pow(3 + ..., -2.5) needs a base away from 0)
+    x = pt.scalar("x")
+    [fact] = evaluate([3.0 + pt.sqr(x)], {x: 100.0})
+    assert 2.99 < fact.lo <= 3.0

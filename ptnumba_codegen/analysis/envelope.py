@@ -105,8 +105,12 @@ def _add(ins):
     if not math.isfinite(mag):
         return Fact(-INF, INF, nan)
     err = (len(ins) + 2) * ULP * mag
-    lo = 0.0 if all(i.lo >= 0 for i in ins) else math.fsum(i.lo for i in ins) - err
-    return _widen(lo, math.fsum(i.hi for i in ins) + err, nan)
+    # terms of one sign: no cancellation, the error is relative to the sum itself
+    shrink = 1.0 - (len(ins) + 2) * ULP
+    lo, hi = math.fsum(i.lo for i in ins), math.fsum(i.hi for i in ins)
+    lo = lo * shrink if all(i.lo >= 0 for i in ins) else lo - err
+    hi = hi * shrink if all(i.hi <= 0 for i in ins) else hi + err
+    return _widen(lo, hi, nan)
 
 
 def _sub(ins):
