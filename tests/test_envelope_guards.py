@@ -209,3 +209,12 @@ def test_a_sum_of_positive_terms_keeps_its_lower_bound():
     x = pt.scalar("x")
     [fact] = evaluate([3.0 + pt.sqr(x)], {x: 100.0})
     assert 2.99 < fact.lo <= 3.0
+
+
+def test_the_guard_pickles():
+    import pickle
+
+    [guard] = guard_nodes(hsgp_fn("policy_as_written"))
+    copy = pickle.loads(pickle.dumps(guard.op))
+    assert copy == guard.op and hash(copy) == hash(guard.op)
+    assert copy.bounds == guard.op.bounds and copy.outcomes == guard.op.outcomes
