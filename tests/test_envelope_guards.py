@@ -218,3 +218,12 @@ def test_the_guard_pickles():
     copy = pickle.loads(pickle.dumps(guard.op))
     assert copy == guard.op and hash(copy) == hash(guard.op)
     assert copy.bounds == guard.op.bounds and copy.outcomes == guard.op.outcomes
+
+
+def test_a_draw_is_never_put_behind_a_guard():
+    # the slow path runs only sometimes: a draw or an in-place update there would too
+    x = pt.vector("x")
+    rng = pytensor.shared(np.random.default_rng(0))
+    draw = pt.random.normal(x, rng=rng)
+    assert envelope_guards._runs_once(draw.owner)
+    assert not envelope_guards._runs_once(pt.exp(x).owner)

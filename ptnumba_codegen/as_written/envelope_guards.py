@@ -183,7 +183,8 @@ def add_envelope_guards(fgraph, expensive: set, policy, outer_pools=()) -> list:
     targets = [t for t, f in zip(found, facts, strict=True) if f.constant() is not None]
     if not targets:
         return []
-    return [_guard(fgraph, targets, found, box, policy, outer_pools, tainted)]
+    new = _guard(fgraph, targets, found, box, policy, outer_pools, tainted)
+    return [] if new is None else [new]
 
 
 def _guard(fgraph, targets, found, box, policy, outer_pools, tainted):
