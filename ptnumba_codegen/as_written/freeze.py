@@ -64,6 +64,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
+from ptnumba_codegen.as_written.envelope_guards import add_envelope_guards
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import REASON, AsWritten
@@ -123,7 +124,9 @@ class AsWrittenPass(GraphRewriter):
             return
         # the thread pools the whole function runs ops on: an opaque copy's kernels yield
         # to them as the function's other kernels do (decided when they are compiled)
-        frozen = freeze_graph(fgraph, policy, pools_used(fgraph))
+        pools = pools_used(fgraph)
+        frozen = freeze_graph(fgraph, policy, pools)
+        frozen.extend(guard_expensive_copies(fgraph, frozen, policy, pools))
         if frozen and log.isEnabledFor(logging.INFO):
             log.info("%s", summarize(frozen, policy))
 
@@ -166,6 +169,18 @@ class InlineAsWritten(GraphRewriter):
 
     def __str__(self):
         return "InlineAsWritten"
+
+
+def guard_expensive_copies(fgraph, frozen, policy: Policy, outer_pools=()) -> list:
+    """Envelope guards (`envelope_guards`) on the decisions that read an opaque copy
+    (not a product shared with the rest): the new nodes. Only under a policy whose
+    decision cones are strict: the guard's proof is about IEEE arithmetic."""
+    if not strict_cones(policy):
+        return []
+    expensive = {
+        n for n in frozen if n in fgraph.apply_nodes and n.op.kind != "shared" and not inlinable(n.op.fgraph)
+    }
+    return add_envelope_guards(fgraph, expensive, policy, outer_pools)
 
 
 def strict_cones(policy: Policy) -> bool:
@@ -310,6 +325,9 @@ def summarize(nodes, policy) -> str:
         text += f", {len(cones)} cone(s) shared by several decisions ({sum(n.op.cone_size for n in cones)} ops)"
     if inputs:
         text += f", {len(inputs)} node(s) read as-written inputs ({sum(n.op.cone_size for n in inputs)} ops)"
+    guarded = [n for n in nodes if n.op.kind == "guarded"]
+    if guarded:
+        text += f", {len(guarded)} decision(s) decided by an envelope guard, as written only outside it"
     shared = [n for n in nodes if n.op.kind == "shared"]
     if shared:
         text += f", {len(shared)} product(s) computed once for the cones and the rest ({', '.join(n.op.label for n in shared)})"

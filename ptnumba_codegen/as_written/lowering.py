@@ -30,7 +30,9 @@ from pytensor.compile.mode import Mode
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.compile.rewriting import inline_ofg_node
 from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter, node_rewriter
+from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import (
+    numba_njit,
     numba_funcify_and_cache_key,
     register_funcify_and_cache_key,
 )
@@ -43,7 +45,7 @@ from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 from ptnumba_codegen.as_written.freeze import fold_exact_constants
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
-from ptnumba_codegen.as_written.op import AsWritten
+from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
 from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
@@ -127,3 +129,47 @@ def funcify_as_written(op, node=None, **kwargs):
     with config.change_flags(numba__fastmath=False):
         fn, key = numba_funcify_and_cache_key(graph, squeeze_output=True, fgraph_name="as_written", **kwargs)
     return fn, None if key is None else cache_key("as_written", "fastmath=False", key)
+
+
+def _inside_src(x, bound):
+    """Every element finite with |x| <= bound (NaN fails the comparison)."""
+    for v in x.flat:
+        if not (abs(v) <= bound):
+            return False
+    return True
+
+
+_inside = numba_njit(_inside_src)
+
+
+@register_funcify_and_cache_key(EnvelopeGuarded)
+def funcify_envelope_guarded(op, node=None, **kwargs):
+    """The constants inside the box, else the inner graph (`EnvelopeGuarded`)."""
+    import numpy as np
+
+    inner_fn, key = funcify_as_written(op, node, **kwargs)
+    n, k = op.n_inner, op.n_checks
+    leaves = [f"i{j}" for j in range(n)]
+    checks = [f"c{j}" for j in range(k)]
+    shape = [f"s{j}" for j in range(sum(op.ndims))]
+    test = " and ".join(f"_inside({c}, {b!r})" for c, b in zip(checks, op.bounds, strict=True)) or "True"
+    fills, pos = [], 0
+    for nd, value in zip(op.ndims, op.outcomes, strict=True):
+        if nd:
+            dims = "".join(f"{s}[()], " for s in shape[pos : pos + nd])
+            fills.append(f"np.full(({dims}), {value})")
+        else:
+            fills.append(f"np.full((1,), {value}).reshape(())")
+        pos += nd
+    single = len(fills) == 1
+    src = (
+        f"def envelope_guarded({', '.join([*leaves, *checks, *shape])}):\n"
+        f"    if {test}:\n"
+        f"        return {fills[0] if single else '(' + ', '.join(fills) + ',)'}\n"
+        f"    return inner_fn({', '.join(leaves)})\n"
+    )
+    fn = compile_numba_function_src(src, "envelope_guarded", {"np": np, "_inside": _inside, "inner_fn": inner_fn, "inf": float("inf")})
+    guarded = numba_njit(fn)
+    if key is None:
+        return guarded, None
+    return guarded, cache_key("envelope_guarded", repr((op.bounds, op.outcomes, n, k)), key)

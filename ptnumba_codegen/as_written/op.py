@@ -123,3 +123,76 @@ register_exact_reader(
 
 def is_as_written(op) -> bool:
     return isinstance(op, AsWritten)
+
+
+class EnvelopeGuarded(AsWritten):
+    """Decision targets computed as written only when their float inputs leave a box
+    (`ptnumba_codegen.as_written.envelope_guards`): inputs are the inner graph's inputs,
+    then ``n_checks`` float inputs checked against ``bounds`` (finite, ``|x| <= bound``),
+    then the outputs' shapes, one after the other. Inside the box output k is
+    ``outcomes[k]`` everywhere (proven on the graph as written); outside, the inner graph
+    computes them.
+    """
+
+    __props__ = ("fgraph", "policy", "outer_pools", "bounds", "outcomes", "n_checks")
+
+    def __init__(self, fgraph, policy, bounds, outcomes, n_checks, label="", outer_pools=()):
+        super().__init__(fgraph, policy, label=label, kind="guarded", outer_pools=outer_pools)
+        self.bounds = tuple(bounds)
+        self.outcomes = tuple(bool(o) for o in outcomes)
+        self.n_checks = int(n_checks)
+
+    @property
+    def n_inner(self) -> int:
+        return len(self.fgraph.inputs)
+
+    @property
+    def ndims(self) -> tuple[int, ...]:
+        return tuple(o.type.ndim for o in self.fgraph.outputs)
+
+    def make_node(self, *inputs):
+        import pytensor.tensor as pt
+
+        n = self.n_inner
+        inner = [t.type.filter_variable(x) for t, x in zip(self.fgraph.inputs, inputs[:n], strict=True)]
+        checks = [pt.as_tensor_variable(x) for x in inputs[n : n + self.n_checks]]
+        shape = [pt.as_tensor_variable(s).astype("int64") for s in inputs[n + self.n_checks :]]
+        if len(shape) != sum(self.ndims):
+            raise TypeError(f"{self} needs {sum(self.ndims)} shape inputs, got {len(shape)}")
+        return Apply(self, [*inner, *checks, *shape], [o.type() for o in self.fgraph.outputs])
+
+    def _shapes(self, values) -> list:
+        flat, out, k = list(values[self.n_inner + self.n_checks :]), [], 0
+        for nd in self.ndims:
+            out.append(tuple(flat[k : k + nd]))
+            k += nd
+        return out
+
+    def infer_shape(self, fgraph, node, shapes):
+        return self._shapes(node.inputs)
+
+    def connection_pattern(self, node):
+        return [[True] * len(node.outputs) for _ in node.inputs]
+
+    def inside(self, checks) -> bool:
+        """Whether every checked value is finite with ``|x| <= bound``."""
+        import numpy as np
+
+        return all(bool(np.all(np.abs(np.asarray(x)) <= b)) for x, b in zip(checks, self.bounds, strict=True))
+
+    def perform(self, node, inputs, outputs):
+        import numpy as np
+
+        n, k = self.n_inner, self.n_checks
+        if self.inside(inputs[n : n + k]):
+            for storage, shape, value, out in zip(outputs, self._shapes(inputs), self.outcomes, node.outputs, strict=True):
+                storage[0] = np.full(tuple(int(s) for s in shape), value, dtype=out.type.dtype)
+            return
+        fn = getattr(self, "_perform_fn", None)
+        if fn is None:
+            fn = self._perform_fn = self._compile_python()
+        for storage, value in zip(outputs, fn(*inputs[:n]), strict=True):
+            storage[0] = value
+
+    def __str__(self):
+        return f"EnvelopeGuarded{{{len(self.outcomes)} decision(s)}}"
