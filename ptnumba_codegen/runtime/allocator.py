@@ -25,6 +25,8 @@ import logging
 import os
 import threading
 
+from ptnumba_codegen.runtime import env_choice
+
 log = logging.getLogger("ptnumba_codegen")
 
 ENV = "PTNUMBA_CODEGEN_MALLOC"
@@ -86,9 +88,7 @@ def configure(environ=None) -> str:
         if _state is not None:
             return _state
         environ = os.environ if environ is None else environ
-        choice = environ.get(ENV, "keep").strip().lower() or "keep"
-        if choice not in ENV_VALUES:
-            raise ValueError(f"{ENV}={environ.get(ENV)!r}: allowed values are {', '.join(ENV_VALUES)}")
+        choice = env_choice(environ, ENV, ENV_VALUES)
         user = _user_chose(environ)
         glibc = _glibc()
         if choice == "system":

@@ -31,6 +31,8 @@ from numba.core import boxing as numba_boxing, cgutils, types
 from numba.core.pythonapi import _boxers
 from numba.np import numpy_support
 
+from ptnumba_codegen.runtime import env_choice
+
 log = logging.getLogger("ptnumba_codegen")
 
 ENV = "PTNUMBA_CODEGEN_BOXING"
@@ -67,9 +69,7 @@ def configure(environ=None) -> str:
         if _state is not None:
             return _state
         environ = os.environ if environ is None else environ
-        choice = environ.get(ENV, "environment").strip().lower() or "environment"
-        if choice not in ENV_VALUES:
-            raise ValueError(f"{ENV}={environ.get(ENV)!r}: allowed values are {', '.join(ENV_VALUES)}")
+        choice = env_choice(environ, ENV, ENV_VALUES)
         if choice == "numba":
             _state = f"numba's array boxing ({ENV}=numba)"
         else:
