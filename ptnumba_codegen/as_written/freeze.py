@@ -64,6 +64,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
+from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.as_written.envelope_guards import add_envelope_guards
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
@@ -125,8 +126,15 @@ class AsWrittenPass(GraphRewriter):
         # the thread pools the whole function runs ops on: an opaque copy's kernels yield
         # to them as the function's other kernels do (decided when they are compiled)
         pools = pools_used(fgraph)
-        frozen = freeze_graph(fgraph, policy, pools)
-        frozen.extend(guard_expensive_copies(fgraph, frozen, policy, pools))
+        try:
+            frozen = freeze_graph(fgraph, policy, pools)
+        except Exception as err:  # noqa: BLE001  (pass_errors: recorded, warned, not skipped silently)
+            pass_errors.record(fgraph, "as-written freezing", err)
+            return
+        try:
+            frozen.extend(guard_expensive_copies(fgraph, frozen, policy, pools))
+        except Exception as err:  # noqa: BLE001
+            pass_errors.record(fgraph, "as-written envelope guards", err)
         if frozen and log.isEnabledFor(logging.INFO):
             log.info("%s", summarize(frozen, policy))
 
@@ -147,6 +155,12 @@ class InlineAsWritten(GraphRewriter):
         fgraph.attach_feature(ReplaceValidate())
 
     def apply(self, fgraph):
+        try:
+            self._inline_all(fgraph)
+        except Exception as err:  # noqa: BLE001  (pass_errors: the copies left stay opaque)
+            pass_errors.record(fgraph, "as-written inlining", err)
+
+    def _inline_all(self, fgraph):
         inlined = getattr(fgraph, INLINED_ATTR, [])
         put_back = []
         # readers first: decisions, then copies of input values, then shared cones (which

@@ -18,6 +18,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 from ptnumba_codegen.runtime import allocator, boxing
+from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.passes.constant_writes import fold_constant_writes
 from ptnumba_codegen.analysis.whole_graph import program_sensitive_outputs, sensitive_variables
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
@@ -71,9 +72,10 @@ class PolicyCodegen(GraphRewriter):
             raise PolicyLoadError(str(err)) from None
         allocator.configure()  # once per process: freed intermediates kept for the next call
         boxing.configure()  # once per process: results boxed without unpickling per call
-        fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
-        facts = graph_facts(fgraph)
-        sensitive = sensitive_variables(fgraph, policy, facts)
+        try:
+            fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
+        except Exception as err:  # noqa: BLE001  (see pass_errors: recorded, warned)
+            pass_errors.record(fgraph, "constant-write folding", err)
         kernels = [
             node
             for node in fgraph.toposort()
@@ -81,20 +83,40 @@ class PolicyCodegen(GraphRewriter):
             and planner_for(node.op) is not None
             and (self.kinds is None or isinstance(node.op, self.kinds))
         ]
+        try:
+            facts = graph_facts(fgraph)
+            sensitive = sensitive_variables(fgraph, policy, facts)
+        except Exception as err:  # noqa: BLE001  every kernel strict instead of stock fast-math
+            graph_error = pass_errors.record(fgraph, "graph analysis", err)
+            facts = sensitive = None
         if any(may_chunk(node, policy.parallel) for node in kernels):
             ensure_threading()  # starts the thread runtime, which may share OpenBLAS's pool
-        yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
+        try:
+            yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
+        except Exception as err:  # noqa: BLE001
+            pass_errors.record(fgraph, "thread pools", err)
+            yields = ()
         taken = []
         for node in kernels:
-            new_op = with_policy(
-                node.op, policy, program_sensitive_outputs(node, sensitive, facts), yields, facts.input_facts(node)
-            )
+            error = None
+            if sensitive is None:
+                needs, known, error = all_outputs_exact(node), (), graph_error
+            else:
+                try:
+                    needs = program_sensitive_outputs(node, sensitive, facts)
+                    known = facts.input_facts(node)
+                except Exception as err:  # noqa: BLE001  this kernel strict
+                    needs, known = all_outputs_exact(node), ()
+                    error = pass_errors.record(fgraph, "kernel analysis", err, node)
+            new_op = with_policy(node.op, policy, needs, yields, known)
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
             for old, new in zip(node.outputs, new_node.outputs, strict=True):
                 new.name = old.name
             fgraph.replace_all_validate(
                 list(zip(node.outputs, new_node.outputs, strict=True)), reason=TAG
             )
+            if error is not None:
+                pass_errors.mark_node(new_node, error)
             taken.append(new_node)
         if self.kinds is None:
             taken.extend(scalar_scans(fgraph, policy))
@@ -103,6 +125,12 @@ class PolicyCodegen(GraphRewriter):
 
     def __str__(self):
         return f"PolicyCodegen({self.policy!r})"
+
+
+def all_outputs_exact(node) -> frozenset:
+    """Every output of ``node`` compared downstream: what a kernel gets when the analysis
+    that would say otherwise raised (strict, never stock fast-math)."""
+    return frozenset(range(len(node.outputs)))
 
 
 def scalar_scans(fgraph, policy) -> list:
