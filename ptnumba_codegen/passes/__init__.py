@@ -1,1 +1,1 @@
-"""Graph passes: the ``policy_codegen`` pass and the constant-write folding it runs."""
+"""Graph passes: the ``policy_codegen`` pass, the constant-write folding it runs, and what a pass compiles when its own work raises (`pass_errors`)."""
