@@ -539,3 +539,81 @@ def test_in_place_log_on_contiguous_expand_dims_is_vectorized():
         if re.search(r"call [^\n]*<\d+ x double> @_ZGV\w+_log\(", definition):
             vectorized.append(name)
     assert vectorized, "the in-place Log's loop calls the log vector function only through its scalar wrapper"
+
+
+def _vector_callers(ir: str, name: str) -> tuple[list[str], list[str]]:
+    """Functions of the final IR other than the scalar wrappers: those calling ``name``'s
+    vector variant, and those calling its scalar wrapper (one lane of a vector call)."""
+    import re
+
+    vector, wrapper = [], []
+    for definition in re.split(r"\ndefine ", ir)[1:]:
+        fn_name = re.match(r"[^@]*@([\w.$]+)\(", definition).group(1)
+        if fn_name.startswith("ptnumba_mvec_"):
+            continue
+        if re.search(rf"call [^\n]*<\d+ x double> @_ZGV\w+_{name}\(", definition):
+            vector.append(fn_name)
+        if re.search(rf"call [^\n]*double @ptnumba_mvec_{name}_d\(double", definition):
+            wrapper.append(fn_name)
+    return vector, wrapper
+
+
+COX_ROWS = 3770
+
+
+def _cox_graph():
+    """A Cox model's (rows, 12) log-likelihood terms: log of 0/1 indicators times a
+    per-row weight plus a per-interval term, masked by a boolean (rows, 12) array (at
+    risk or not), summed whole, per row and per interval."""
+    x, m = pt.tensor("x", shape=(COX_ROWS, 12)), pt.tensor("m", shape=(COX_ROWS, 12), dtype="bool")
+    w, t = pt.tensor("w", shape=(None, 1)), pt.tensor("t", shape=(1, 12))
+    f = pt.switch(m, 0.0, pt.log(x) * w + t)
+    return [x, m, w, t], [f.sum(), f.sum(axis=1), f.sum(axis=0)]
+
+
+def _cox_values():
+    rng = np.random.default_rng(12)
+    x = np.where(rng.random((COX_ROWS, 12)) < 0.2, 0.0, rng.gamma(2.0, 1.0, (COX_ROWS, 12)))
+    w = rng.uniform(0.0, 2.0, (COX_ROWS, 1))
+    w[::9] = 0.0  # 0 * -inf: NaN rows among the sums
+    return x, rng.random((COX_ROWS, 12)) < 0.3, w, rng.standard_normal((1, 12))
+
+
+def test_a_short_inner_axis_with_reductions_is_vectorized():
+    """12 columns, three sums: LLVM's cost model calls vectorizing this loop "not
+    beneficial" and leaves each element a whole vector call through the scalar wrapper
+    (2.2x stock's time on the Cox model's kernel); the loop's force hint
+    (`loop.FORCE_VECTORIZE_WHEN`) vectorizes it. Values as the sums' flags allow."""
+    inputs, outs = _cox_graph()
+    fn = compile_fn(inputs, outs, "policy_default", cache_key="cox_rows", inspect_ir=True)
+    vals = _cox_values()
+    with np.errstate(all="ignore"):
+        got = fn(*vals)
+        want = compile_fn(inputs, outs, "stock_strict", cache_key="cox_rows")(*vals)
+    vector, wrapper = _vector_callers(final_ir(fn), "log")
+    assert vector and not wrapper, f"the (rows, 12) loop calls log through its scalar wrapper: {wrapper}"
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(np.isnan(g), np.isnan(w)) and np.array_equal(np.isinf(g), np.isinf(w))
+        finite = np.isfinite(w)
+        np.testing.assert_allclose(np.asarray(g)[finite], np.asarray(w)[finite], rtol=1e-12, atol=1e-9)
+
+
+def test_a_strict_row_sum_is_not_reordered_by_the_force_hint():
+    """A loop with vector calls whose row sums are compared downstream: their accumulator
+    is strict (in the visit order), and a forced vectorization would let LLVM reorder it
+    (`loop.may_reorder`). The rows tie with their thresholds (the in-order sum, and its
+    neighbour below): every decision equals stock numba with fastmath off."""
+    x, m = pt.matrix("x"), pt.matrix("m", dtype="bool")
+    w, b = pt.tensor("w", shape=(None, 1)), pt.vector("b")
+    s = pt.switch(m, 0.0, pt.log(x) * w).sum(axis=1)
+    outs = [pt.le(s, b), pt.switch(m, 0.0, pt.exp(x) * w).sum(axis=1)]  # exp: vector calls in the body
+    fn = compile_fn([x, m, w, b], outs, "policy_default", cache_key="strict_rows")
+    ref = compile_fn([x, m, w, b], outs, "stock_strict", cache_key="strict_rows")
+    rng = np.random.default_rng(13)
+    xv, mv, wv = rng.uniform(0.1, 3.0, (500, 64)), rng.random((500, 64)) < 0.3, rng.uniform(0.5, 2.0, (500, 1))
+    sums = compile_fn([x, m, w], [s], "stock_strict", cache_key="strict_row_sums")(xv, mv, wv)[0]
+    bv = sums.copy()
+    bv[1::3] = np.nextafter(sums[1::3], -np.inf)
+    got, want = fn(xv, mv, wv, bv)[0], ref(xv, mv, wv, bv)[0]
+    np.testing.assert_array_equal(got, want)
+    assert want[0::3].all() and not want[1::3].any()  # the ties are ties of the in-order sum

@@ -187,6 +187,7 @@ def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = F
             lambda b, scalars: emit_body(context, b, planned, scalars),
             body_types,
             run_nest=run_nest,
+            vector_calls=planned.uses_vector_math,
         )
 
     @intrinsic

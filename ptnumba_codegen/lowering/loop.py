@@ -10,6 +10,7 @@ reductions (CAReduce, where the body is the identity). Shape checks reuse PyTens
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numba
@@ -232,6 +233,57 @@ SCALAR_REDUCERS: dict[type, str] = {cls: name for name, r in REDUCERS.items() fo
 ORDER_FREE = tuple(name for name, r in REDUCERS.items() if r.order_free)
 
 
+def may_reorder(red: Reduce) -> bool:
+    """Whether ``red``'s accumulation may run in any order without changing a bit it must
+    keep: integer and boolean accumulators; float sums/products with ``reassoc``; AND/OR/XOR
+    and the zero key. Not float max/min (their NaN and zero-sign tie-breaks are a chain of
+    compares and selects whose reordered form is not checked here)."""
+    if not np.issubdtype(np.dtype(red.acc_dtype), np.floating):
+        return True
+    reducer = REDUCERS[red.op]
+    if reducer.rounds_in_order:
+        return "reassoc" in red.flags
+    return not reducer.extremum
+
+
+# When the innermost loop of a nest carries LLVM's `llvm.loop.vectorize.enable` hint,
+# overriding the vectorizer's cost model. Every row must hold; each with its reason.
+FORCE_VECTORIZE_WHEN: tuple[tuple[str, Callable[[LoopSpec, bool], bool]], ...] = (
+    # A body with vector calls (libmvec, exact lanes) computes each element through a
+    # scalar wrapper of the vector function (so an element's bits do not depend on its
+    # position): left scalar, every element costs a whole vector call. The cost model
+    # sees a short inner axis (12 columns of a Cox model's (3770, 12) log-likelihood) and
+    # says "not beneficial": 2.2x stock's time for that kernel (docs/benchmarks.md).
+    ("the body calls vector functions", lambda spec, vector_calls: vector_calls),
+    # A row of a few elements, fixed by the types (a mixture's (n, 3), a zero-inflated
+    # model's (n, 2)): LLVM unrolls it whole and vectorizes the loop around it; the hint
+    # on the short loop keeps that from happening ((n, 2): 2.5x slower with it).
+    (
+        "the innermost axis is not short by its type",
+        lambda spec, vector_calls: not _short_innermost(spec),
+    ),
+    # A forced hint lets LLVM reorder every reduction of the loop, strict ones included
+    # (LoopVectorizationLegality::canVectorizeFPMath allows reordering under it): only
+    # when each reduction may run in any order (`may_reorder`).
+    (
+        "every reduction may be reordered",
+        lambda spec, vector_calls: all(may_reorder(r) for r in spec.reduces or () if r is not None),
+    ),
+)
+
+
+SHORT_ROW = 8  # a static innermost length below this is left to LLVM (see FORCE_VECTORIZE_WHEN)
+
+
+def _short_innermost(spec: LoopSpec) -> bool:
+    length = spec.static_shape[-1] if spec.static_shape else None
+    return length is not None and length < SHORT_ROW
+
+
+def force_vectorize(spec: LoopSpec, vector_calls: bool) -> bool:
+    return all(rule(spec, vector_calls) for _why, rule in FORCE_VECTORIZE_WHEN)
+
+
 def with_zero_keys(spec: LoopSpec) -> tuple[LoopSpec, dict[int, int]]:
     """``spec`` plus one hidden int64 accumulator (a ``ZeroKey`` reduction over the same
     axes) per float max/min reduction whose innermost loop reduces (a full reduction, or
@@ -351,8 +403,10 @@ def emit_loop(
     body: Callable[[object, list], list],
     body_output_types,
     run_nest: Callable | None = None,
+    vector_calls: bool = False,
 ):
-    """Emit the whole kernel. ``body(builder, scalars) -> scalars`` emits one element.
+    """Emit the whole kernel. ``body(builder, scalars) -> scalars`` emits one element;
+    ``vector_calls``: it calls vector functions (see `FORCE_VECTORIZE_WHEN`).
 
     ``run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)`` emits
     the code running the loop nest (``chunks.emit_chunked``: in a chunk function, maybe
@@ -374,7 +428,9 @@ def emit_loop(
     if not spec.inplace:
         builder.function.args[0].add_attribute("noalias")
 
-    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types, keys)
+    nest = LoopNest(
+        context, spec, input_types, output_types, body, body_output_types, keys, force_vectorize(spec, vector_calls)
+    )
     if run_nest is not None:
         run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)
     else:
@@ -536,6 +592,7 @@ class LoopNest:
     body: Callable[[object, list], list]
     body_output_types: list
     keys: dict = None  # {zero-key output: its max/min output} (with_zero_keys)
+    vectorize: bool = False  # the innermost loop carries the force hint (`FORCE_VECTORIZE_WHEN`)
 
     @property
     def keyed(self) -> set[int]:
@@ -569,8 +626,14 @@ class LoopNest:
         zero = context.get_constant(types.intp, 0)
         rank = self._rank_fn(builder, arrays, iter_shape) if self.keys else None
         scopes = _AliasScopes(builder, len(outputs), spec.inplace)
+        innermost = len(iter_shape) - 1
         loops = [
-            cgutils.for_range(builder, hi, start=lo) if d == axis else cgutils.for_range(builder, length)
+            counted_loop(
+                builder,
+                hi if d == axis else length,
+                start=lo if d == axis else None,
+                vectorize=self.vectorize and d == innermost,
+            )
             for d, length in enumerate(iter_shape)
         ]
         indices = [loop.__enter__().index for loop in loops]
@@ -618,6 +681,34 @@ class LoopNest:
 
         for loop in reversed(loops):
             loop.__exit__(None, None, None)
+
+
+@contextmanager
+def counted_loop(builder, count, start=None, vectorize: bool = False):
+    """numba's ``cgutils.for_range`` over ``[start, count)``, whose latch carries
+    ``llvm.loop.vectorize.enable`` when ``vectorize``."""
+    intp = count.type
+    start = intp(0) if start is None else start
+    bbcond = builder.append_basic_block("for.cond")
+    bbbody = builder.append_basic_block("for.body")
+    bbend = builder.append_basic_block("for.end")
+    bbstart = builder.basic_block
+    builder.branch(bbcond)
+    with builder.goto_block(bbcond):
+        index = builder.phi(intp, name="loop.index")
+        builder.cbranch(builder.icmp_signed("<", index, count), bbbody, bbend)
+    with builder.goto_block(bbbody):
+        yield cgutils.Loop(index, lambda: builder.branch(bbend))
+        bbbody = builder.basic_block
+        incr = cgutils.increment_index(builder, index)
+        latch = builder.branch(bbcond)
+        if vectorize:
+            module = builder.module
+            hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.IntType(1)(1)])
+            latch.set_metadata("llvm.loop", module.add_metadata([hint], self_ref=True))
+    index.add_incoming(start, bbstart)
+    index.add_incoming(incr, bbbody)
+    builder.position_at_end(bbend)
 
 
 def _static_dims(spec: LoopSpec, bc) -> tuple[int | None, ...] | None:
