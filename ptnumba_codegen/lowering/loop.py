@@ -620,14 +620,11 @@ class LoopNest:
 
         return rank
 
-    def emit(self, builder, input_values, arrays, outputs, iter_shape, lo, hi, axis: int):
-        """The nest with axis ``axis`` restricted to ``[lo, hi)``."""
-        context, spec = self.context, self.spec
-        zero = context.get_constant(types.intp, 0)
-        rank = self._rank_fn(builder, arrays, iter_shape) if self.keys else None
-        scopes = _AliasScopes(builder, len(outputs), spec.inplace)
+    def _loops(self, builder, iter_shape, lo, hi, axis: int) -> list:
+        """One counted loop per axis, ``axis`` over ``[lo, hi)``; the innermost may carry
+        the force hint (`FORCE_VECTORIZE_WHEN`)."""
         innermost = len(iter_shape) - 1
-        loops = [
+        return [
             counted_loop(
                 builder,
                 hi if d == axis else length,
@@ -636,6 +633,14 @@ class LoopNest:
             )
             for d, length in enumerate(iter_shape)
         ]
+
+    def emit(self, builder, input_values, arrays, outputs, iter_shape, lo, hi, axis: int):
+        """The nest with axis ``axis`` restricted to ``[lo, hi)``."""
+        context, spec = self.context, self.spec
+        zero = context.get_constant(types.intp, 0)
+        rank = self._rank_fn(builder, arrays, iter_shape) if self.keys else None
+        scopes = _AliasScopes(builder, len(outputs), spec.inplace)
+        loops = self._loops(builder, iter_shape, lo, hi, axis)
         indices = [loop.__enter__().index for loop in loops]
 
         scalars = []
