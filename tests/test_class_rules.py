@@ -516,19 +516,40 @@ def _sv_graph():
         pt.all(pt.gt(u * pt.sign(h), 0)),
         pt.isinf(u),
         pt.eq(half, 0),
-        pt.gt(half, 0),  # pow(-0, -0.5) = +inf, pow(-inf, -0.5) = +0
+        pt.gt(half, 0),
         pt.isnan(half * pt.sign(v)),
         pt.lt(h, 0),
     ]
     return [x, a], outs
 
 
-def test_a_graph_with_the_stochastic_volatility_cone_equals_the_reference_at_every_edge():
-    inputs, outs = _sv_graph()
-    fn = compile_fn(inputs, outs, "policy_as_written", cache_key="class_pow_sv")
-    ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key="class_pow_sv")
-    labels = _labels(fn)
-    assert "class pow (1/sqrt(x)" in labels and "class pow (1/(x*x)" in labels
+def _one_pow_graph(exponent):
+    """A pow read by class alone: no band from a reader (pow(x, -0.5): no band at all, the
+    representative at -0 and -inf)."""
+    x, a = pt.vectors("x", "a")
+    v = x / pt.exp(a)
+    w = v ** pt.constant(exponent, dtype="float32")
+    outs = [pt.gt(w, 0), pt.eq(w, 0), pt.isinf(w), pt.isnan(w), pt.lt(w * pt.sign(v), 0), pt.eq(-1 * pt.log(w), -np.inf)]
+    return [x, a], outs
+
+
+GRAPHS = {
+    "sv": (_sv_graph, ("class pow (1/sqrt(x)", "class pow (1/(x*x)")),
+    "half": (lambda: _one_pow_graph(-0.5), ("class pow (1/sqrt(x); +inf at -0, +0 at -inf; libm pow where |x| in nowhere)",)),
+    "square": (lambda: _one_pow_graph(-2.0), ("class pow (1/(x*x); libm pow where |x| in [2^-1074, 2^-510] or [2^510, inf])",)),
+}
+
+
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_a_graph_with_the_new_rows_equals_the_reference_at_every_edge(graph):
+    """stochastic_volatility's cone (pow(pow(v, -0.5) * sign(v), -2) * sign(...) > 0) and
+    each new pow read by class alone: every decision the reference's at every edge."""
+    make, labels = GRAPHS[graph]
+    inputs, outs = make()
+    fn = compile_fn(inputs, outs, "policy_as_written", cache_key=f"class_pow_{graph}")
+    ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key=f"class_pow_{graph}")
+    found = _labels(fn)
+    assert all(label in found for label in labels), found
     xs = edge_points(50_000)
     for av in (np.zeros_like(xs), np.full_like(xs, -1.0), np.full_like(xs, 700.0), np.full_like(xs, -700.0)):
         for k, (got, want) in enumerate(zip(fn(xs, av), ref(xs, av), strict=True)):
