@@ -554,3 +554,75 @@ def test_a_graph_with_the_new_rows_equals_the_reference_at_every_edge(graph):
     for av in (np.zeros_like(xs), np.full_like(xs, -1.0), np.full_like(xs, 700.0), np.full_like(xs, -700.0)):
         for k, (got, want) in enumerate(zip(fn(xs, av), ref(xs, av), strict=True)):
             np.testing.assert_array_equal(got, want, err_msg=f"output {k}")
+
+
+# -- the lowering's values: the model above, bit for bit ----------------------------------
+
+
+def _lanes(row):
+    from ptnumba_codegen.lowering.vecmath.isa import lane_count, target_isa
+
+    return lane_count(target_isa(), row.dtype)
+
+
+def lowered(row, bands, xs, vector):
+    """`class_calls.class_call` on ``xs``: its scalar wrapper element by element, or its vector
+    variant a whole vector at a time (the tail that does not fill one left out)."""
+    from llvmlite import ir
+
+    from ptnumba_codegen.lowering.vecmath.class_calls import class_call
+    from ptnumba_codegen.lowering.vecmath.exact_lanes import _drive
+    from ptnumba_codegen.lowering.vecmath.isa import lane_count, target_isa
+
+    f64, i64 = ir.DoubleType(), ir.IntType(64)
+    module = ir.Module(name="class_pow_check")
+    one = ir.Function(module, ir.FunctionType(f64, [f64, f64]), "one")
+    b = ir.IRBuilder(one.append_basic_block("entry"))
+    b.ret(class_call(b, row, bands, *one.args))
+    lanes = lane_count(target_isa(), row.dtype) if vector else 1
+    fn = next(g for g in module.globals.values() if g.name.startswith(f"ptnumba_class{lanes}_")) if vector else one
+    ty = fn.function_type.return_type
+    drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [f64.as_pointer()] * 3 + [i64]), "drive")
+    entry, loop, done = (drive.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    i.add_incoming(i64(0), entry)
+
+    def at(p):
+        return b.bitcast(b.gep(p, [b.mul(i, i64(lanes))]), ty.as_pointer())
+
+    b.store(b.call(fn, [b.load(at(drive.args[0]), align=8), b.load(at(drive.args[1]), align=8)]), at(drive.args[2]), align=8)
+    nxt = b.add(i, i64(1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_unsigned("<", nxt, drive.args[3]), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+    n = len(xs) // lanes * lanes
+    cols = np.ascontiguousarray(np.stack([xs[:n], np.full(n, row.exponent)]))
+    return _drive(module, cols, n // lanes, opt=2), xs[:n]
+
+
+@pytest.mark.parametrize("vector", [False, True], ids=["scalar", "vector"])
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"pow{r.exponent:g}")
+def test_the_lowering_computes_the_model_bit_for_bit(row, vector):
+    """What the rows' checks model (`by_class`: libm's pow in the bands, the representative
+    elsewhere) is what `class_calls` emits, for the row's own band and a chain's (the
+    vector variant: libm on every lane of a vector with a lane in a band)."""
+    from ptnumba_codegen.lowering.vecmath.isa import target_isa
+
+    if vector and target_isa() is None:
+        pytest.skip("no vector ISA")
+    rng = np.random.default_rng(3)
+    xs = edge_points(5_000, n_random=200_000)
+    xs = xs[rng.permutation(len(xs))]  # vectors mixing lanes in and out of a band
+    for bands in (row.band, row.input_bands(MINUS_TWO.band)):
+        got, xs_n = lowered(row, bands, xs, vector)
+        call = in_bands(xs_n, bands)
+        if vector:  # a vector with a lane in a band calls libm on every lane
+            call = np.repeat(call.reshape(-1, _lanes(row)).any(axis=1), _lanes(row))
+        with np.errstate(all="ignore"):
+            want = np.where(call, libm_pow(xs_n, row.exponent), REPRESENTATIVES_NP[row.representative](xs_n))
+        same = (got.view(np.int64) == want.view(np.int64)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), xs_n[~same][:5]
