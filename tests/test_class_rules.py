@@ -626,3 +626,30 @@ def test_the_lowering_computes_the_model_bit_for_bit(row, vector):
             want = np.where(call, libm_pow(xs_n, row.exponent), REPRESENTATIVES_NP[row.representative](xs_n))
         same = (got.view(np.int64) == want.view(np.int64)) | (np.isnan(got) & np.isnan(want))
         assert same.all(), xs_n[~same][:5]
+
+
+def test_a_row_applies_only_within_the_policys_ulp_budget():
+    """A budget of one ulp admits 1/x (correctly rounded) and neither 1/sqrt(x) nor 1/(x*x)
+    (two ulps from libm's pow)."""
+    import dataclasses
+
+    from ptnumba_codegen.analysis.classify import analyze, by_class_under
+    from ptnumba_codegen.policy import load_policy
+
+    policy = load_policy("as_written")
+
+    class OneUlp:
+        def rule_for(self, klass, op_name):
+            return dataclasses.replace(policy.rule_for(klass, op_name), max_ulp=1)
+
+    program = _sv_program()
+    assert len(analyze(program, by_class=by_class_under(program, policy)).by_class) == 2
+    assert analyze(program, by_class=by_class_under(program, OneUlp())).by_class == {}
+    from ptnumba_codegen.analysis.program import from_scalar_op
+    from ptnumba_codegen.as_written.libm_operands import pow_as_written
+    from pytensor.scalar import basic as ps
+
+    v = ps.float64("v")
+    out = ps.gt(pow_as_written(v, ps.constant(np.float32(-1.0))), ps.constant(np.int8(0)))
+    inverse = from_scalar_op(ps.Composite([v], [out]), ("float64",))
+    assert len(analyze(inverse, by_class=by_class_under(inverse, OneUlp())).by_class) == 1
