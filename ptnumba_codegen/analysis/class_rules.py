@@ -19,12 +19,18 @@ Requirement (what `classify.analyze` propagates, beside `robust`'s):
   libm in a band needs exact operands there.
 
 `CLASS_RULES` maps (exponent, dtype) to the row for ``PowAsWritten(x, exponent)``; each
-row gives its representative, the band where libm's pow is called, how a band on the
-output maps back to one on x (`ClassRule.preimage`), and why. A row applies only where
-the policy lets pow's value be off by one ulp outside decisions (the representative's
-value reaches every reader of the pow: ``max_ulp >= 1`` for its natural class; `default`
-and `as_written` allow 4, `strict` none) -- its class, and so every decision and every
-zero/inf/NaN pattern derived from it, is libm's. Tests: `tests/test_class_rules.py`
+row gives its representative (``1/x``, ``1/sqrt(x)`` corrected at -0 and -inf,
+``1/(x*x)``), the band where libm's pow is called, how a band on the output maps back to
+one on x (`ClassRule.preimage`), the representative's distance from libm's pow outside the
+band (`ClassRule.max_ulp`), and why. A row applies only where the policy lets pow's value
+be that far off outside decisions (the representative's value reaches every reader of the
+pow: ``max_ulp >= row.max_ulp`` for its natural class; `default` and `as_written` allow 4,
+`strict` none) -- its class, and so every decision and every zero/inf/NaN pattern derived
+from it, is libm's.
+
+`CLASS_READERS`: strict ops that pass a class requirement on as class requirements on
+their operands (``sign(x)``; ``a * sign(z)``), so that a pow read through them is still
+read by class. Tests: `tests/test_class_rules.py`
 (every special value, 10^5 doubles around every band edge and threshold, each against
 glibc's pow, and the decisions of whole graphs against the reference).
 """
