@@ -41,7 +41,13 @@ from ptnumba_codegen.analysis.robust import (
     nan_sources,
 )
 from ptnumba_codegen.analysis.ranges import program_ranges, settle_all
-from ptnumba_codegen.analysis.class_rules import class_reader_needs, class_rule, decided_by_class, exact_bands, class_req
+from ptnumba_codegen.analysis.class_rules import (
+    class_reader_needs,
+    class_req,
+    class_rule,
+    decided_by_class,
+    exact_bands,
+)
 
 ALL = None  # marker: every input is a decision input
 

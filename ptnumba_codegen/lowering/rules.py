@@ -611,4 +611,5 @@ def plan_by_class(row, bands, in_dtypes, out_dtypes) -> Emitter:
         y = _cast(context, builder, args[1], t.inputs[1], fty)
         return [class_call(builder, row, bands, args[0], _opaque(builder, y))]
 
-    return Emitter(emit, label=f"class pow ({row.formula}; libm pow where |x| in {describe_bands(bands)})", pays_alone=True)
+    label = f"class pow ({row.formula}; libm pow where |x| in {describe_bands(bands)})"
+    return Emitter(emit, label=label, pays_alone=True)
