@@ -19,12 +19,18 @@ Requirement (what `classify.analyze` propagates, beside `robust`'s):
   libm in a band needs exact operands there.
 
 `CLASS_RULES` maps (exponent, dtype) to the row for ``PowAsWritten(x, exponent)``; each
-row gives its representative, the band where libm's pow is called, how a band on the
-output maps back to one on x (`ClassRule.preimage`), and why. A row applies only where
-the policy lets pow's value be off by one ulp outside decisions (the representative's
-value reaches every reader of the pow: ``max_ulp >= 1`` for its natural class; `default`
-and `as_written` allow 4, `strict` none) -- its class, and so every decision and every
-zero/inf/NaN pattern derived from it, is libm's. Tests: `tests/test_class_rules.py`
+row gives its representative (``1/x``, ``1/sqrt(x)`` corrected at -0 and -inf,
+``1/(x*x)``), the band where libm's pow is called, how a band on the output maps back to
+one on x (`ClassRule.preimage`), the representative's distance from libm's pow outside the
+band (`ClassRule.max_ulp`), and why. A row applies only where the policy lets pow's value
+be that far off outside decisions (the representative's value reaches every reader of the
+pow: ``max_ulp >= row.max_ulp`` for its natural class; `default` and `as_written` allow 4,
+`strict` none) -- its class, and so every decision and every zero/inf/NaN pattern derived
+from it, is libm's.
+
+`CLASS_READERS`: strict ops that pass a class requirement on as class requirements on
+their operands (``sign(x)``; ``a * sign(z)``), so that a pow read through them is still
+read by class. Tests: `tests/test_class_rules.py`
 (every special value, 10^5 doubles around every band edge and threshold, each against
 glibc's pow, and the decisions of whole graphs against the reference).
 """
@@ -77,6 +83,33 @@ def exact_bands(reqs) -> Bands:
     return merge_bands(b for r in reqs if is_class_req(r) for b in r[1])
 
 
+def _power_bound(base: float, p: float) -> float:
+    """``base ** p`` (base > 0), +inf where it overflows or base is 0."""
+    if base == 0.0:
+        return INF
+    try:
+        return math.pow(base, p)
+    except OverflowError:
+        return INF
+
+
+def _power_preimage(exponent: float) -> Callable[[Bands], Bands]:
+    """|x| where |pow(x, exponent)| (exponent < 0) may lie in [lo, hi]: libm's pow is within
+    one ulp of |x|^exponent (of the subnormal grid below 2^-1022), so that lies in [lo/2,
+    2 hi] and |x| in [(2 hi)^(1/exponent), (lo/2)^(1/exponent)], widened by another factor
+    2 on each side (math.pow's own rounding; a wider band only calls libm more often)."""
+
+    def preimage(bands: Bands) -> Bands:
+        out = []
+        for lo, hi in bands:
+            a = 0.0 if hi == INF else _power_bound(2.0 * hi, 1.0 / exponent) / 2.0
+            b = INF if lo == 0.0 else _power_bound(lo / 2.0, 1.0 / exponent) * 2.0
+            out.append((a, b))
+        return merge_bands(out)
+
+    return preimage
+
+
 def _reciprocal_preimage(bands: Bands) -> Bands:
     """|x| where |pow(x, -1)| may lie in [lo, hi]: [1/(2 hi), 2/lo]. libm's pow(x, -1) is
     within one ulp of 1/|x| (and of the subnormal grid below 2^-1022), so it lies in [lo,
@@ -95,15 +128,32 @@ class ClassRule:
 
     exponent: float
     dtype: str
-    representative: str  # how the class is computed outside the band ("reciprocal": 1/x)
+    representative: str  # how the class is computed outside the band (`REPRESENTATIVES`)
     band: Bands  # |x| where libm's pow is called
     preimage: Callable[[Bands], Bands]  # output bands -> |x| bands
+    max_ulp: int  # the representative's distance from libm's pow outside the band, in ulps
     why: str
+
+    @property
+    def formula(self) -> str:
+        return REPRESENTATIVES[self.representative]
 
     def input_bands(self, out_bands: Bands) -> Bands:
         """|x| where the lowering calls libm: its own band and the output bands' preimage."""
         return merge_bands((*self.band, *self.preimage(out_bands)))
 
+
+# representative -> what it computes (`lowering.vecmath.class_calls` emits it, IEEE, no flags)
+REPRESENTATIVES: dict[str, str] = {
+    "reciprocal": "1/x",
+    "rsqrt": "1/sqrt(x); +inf at -0, +0 at -inf",
+    "inverse_square": "1/(x*x)",
+}
+
+# the thresholds of the inverse square: x*x is normal and 1/(x*x) finite and normal for
+# 2^-510 < |x| < 2^510 (x*x in (2^-1020, 2^1020))
+SQUARE_LOW64 = 2.0**-510
+SQUARE_HIGH64 = 2.0**510
 
 CLASS_RULES: dict[tuple[float, str], ClassRule] = {
     (-1.0, "float64"): ClassRule(
@@ -112,16 +162,115 @@ CLASS_RULES: dict[tuple[float, str], ClassRule] = {
         representative="reciprocal",
         band=((DENORM_MIN64, TINY64),),
         preimage=_reciprocal_preimage,
+        max_ulp=1,
         why=(
             "pow(x, -1) and 1/x have the same class for every x outside 0 < |x| <= 2^-1022: "
             "pow(+-0, -1) = +-inf, pow(+-inf, -1) = +-0, pow(NaN, -1) = NaN (C99 F.9.4.4, "
             "as 1/x); for 2^-1022 <= |x| <= DBL_MAX, 1/|x| lies in [2^-1024, 2^1022], "
             "2^50 subnormal steps above 0 and a factor 2 below overflow, and glibc's pow is "
             "within one ulp of it with x's sign (an odd exponent): nonzero finite, as 1/x. "
-            "Subnormal x: 1/x overflows near 2^-1024 and glibc's rounding decides: libm's pow"
+            "Subnormal x: 1/x overflows near 2^-1024 and glibc's rounding decides: libm's pow. "
+            "1/x is correctly rounded: within one ulp of glibc's pow (< 0.52 ulp from x^-1)"
+        ),
+    ),
+    (-0.5, "float64"): ClassRule(
+        exponent=-0.5,
+        dtype="float64",
+        representative="rsqrt",
+        band=(),
+        preimage=_power_preimage(-0.5),
+        max_ulp=2,
+        why=(
+            "pow(x, -0.5) and 1/sqrt(x) corrected at -0 and -inf have the same class for every "
+            "x: C99 F.9.4.4 gives pow(+-0, -0.5) = +inf (1/sqrt(-0) = 1/-0 = -inf: corrected), "
+            "pow(-inf, -0.5) = +0 (sqrt(-inf) = NaN: corrected), pow(+inf, -0.5) = +0 = 1/inf, "
+            "NaN for a negative finite x (a non-integer exponent) as sqrt, NaN for NaN; for "
+            "positive finite x, subnormals included, x^-0.5 lies in [2^-512, 2^537]: normal "
+            "and finite, no threshold anywhere (no band). Two correctly rounded steps put "
+            "1/sqrt(x) within 2^-52 of x^-0.5 relative, and glibc's pow within 0.52 ulp: two "
+            "ulps apart at most"
+        ),
+    ),
+    (-2.0, "float64"): ClassRule(
+        exponent=-2.0,
+        dtype="float64",
+        representative="inverse_square",
+        band=((DENORM_MIN64, SQUARE_LOW64), (SQUARE_HIGH64, INF)),
+        preimage=_power_preimage(-2.0),
+        max_ulp=2,
+        why=(
+            "pow(x, -2) and 1/(x*x) have the same class outside 0 < |x| <= 2^-510 and |x| >= "
+            "2^510: pow(+-0, -2) = +inf = 1/(+0), pow(+-inf, -2) = +0 = 1/inf (an even "
+            "exponent: no sign, as x*x), NaN for NaN; for 2^-510 < |x| < 2^510, x*x lies in "
+            "(2^-1020, 2^1020), normal, and 1/(x*x) in (2^-1020, 2^1020): positive finite, "
+            "as pow, and within 2^-52 relative of x^-2 (two correctly rounded steps), two "
+            "ulps from glibc's pow at most. Near |x| = 2^-512 pow overflows where 1/(x*x) "
+            "may not (x*x subnormal, rounded); from |x| = 2^512 x*x overflows and 1/(x*x) is "
+            "0 while pow stays a positive subnormal up to |x| = 2^537.5: libm's pow in both"
         ),
     ),
 }
+
+
+# -- strict readers that pass a class on ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassReader:
+    """A strict op whose output's class (and its bits in given bands) follows from its
+    operands' classes (and their bits in bands): a class requirement on its output is one
+    on its operands', not exact operands. The op itself stays strict (IEEE, no flags: an
+    ``nsz`` multiplication may flip a zero's sign, which the class tells)."""
+
+    op: str  # the op's policy name
+    # (the op names of the operands' producers, None for an input or constant; the bands
+    # wanted on the output) -> a requirement per operand, or None (does not apply)
+    needs: Callable[[tuple, Bands], list | None]
+    why: str
+
+
+def _sign_needs(producers: tuple, bands: Bands) -> list | None:
+    return [class_req()] if len(producers) == 1 else None
+
+
+def _sign_factor_needs(producers: tuple, bands: Bands) -> list | None:
+    if len(producers) != 2 or "Sign" not in producers:
+        return None
+    k = producers.index("Sign")
+    out = [class_req(bands), class_req(bands)]
+    out[k] = class_req()
+    return out
+
+
+CLASS_READERS: dict[str, ClassReader] = {
+    "Sign": ClassReader(
+        op="Sign",
+        needs=_sign_needs,
+        why=(
+            "sign(x) of a float x is -1, +1, a zero or NaN by x's class alone (x < 0, x > 0, "
+            "x == 0, NaN): any requirement on its output, its bits included, is one on x's "
+            "class"
+        ),
+    ),
+    "Mul": ClassReader(
+        op="Mul",
+        needs=_sign_factor_needs,
+        why=(
+            "a * s with s = sign(z) (-1, +1, a zero or NaN: its class is its value): for s = "
+            "+-1 the product is +-a exactly (no rounding: no threshold), its class a's with the "
+            "sign flipped by s's, and |a * s| = |a| (bits of a where |a * s| lies in a band); "
+            "s a zero gives a zero signed by both or NaN for an infinite a, s NaN gives NaN: "
+            "a's class decides. The product stays strict: IEEE keeps a zero's sign"
+        ),
+    ),
+}
+
+
+def class_reader_needs(op_name: str, producers: tuple, bands: Bands) -> list | None:
+    """Requirements per operand of a strict ``op_name`` whose output is wanted by class
+    (exact bits where |output| lies in ``bands``), or None (`CLASS_READERS`)."""
+    reader = CLASS_READERS.get(op_name)
+    return None if reader is None else reader.needs(tuple(producers), bands)
 
 
 def class_rule(op, operands, out_dtype: str) -> ClassRule | None:
@@ -154,7 +303,10 @@ def describe_bands(bands: Bands) -> str:
 
 __all__ = [
     "CLASS",
+    "CLASS_READERS",
     "CLASS_RULES",
+    "REPRESENTATIVES",
+    "class_reader_needs",
     "ClassRule",
     "class_req",
     "class_rule",

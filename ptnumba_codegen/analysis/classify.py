@@ -41,7 +41,13 @@ from ptnumba_codegen.analysis.robust import (
     nan_sources,
 )
 from ptnumba_codegen.analysis.ranges import program_ranges, settle_all
-from ptnumba_codegen.analysis.class_rules import class_req, class_rule, decided_by_class, exact_bands
+from ptnumba_codegen.analysis.class_rules import (
+    class_reader_needs,
+    class_req,
+    class_rule,
+    decided_by_class,
+    exact_bands,
+)
 
 ALL = None  # marker: every input is a decision input
 
@@ -224,18 +230,24 @@ def analyze(
     predicate fixed on a value's interval needs only its NaN pattern (or nothing), and
     a strict op in `robust.NAN_SOURCES` passes a NaN pattern on as predicates on its
     operands instead of needing them exact.
-    ``by_class(k)``: whether instruction ``k`` may be computed by class (`class_rules`)
-    where every predicate on it is decided by its class; by default none is.
+    ``by_class(k, row)``: whether instruction ``k`` may be computed by class with
+    `class_rules` row ``row`` where every predicate on it is decided by its class; by
+    default none is. With it, a decision that is a function of its operands' classes
+    (sign) asks only for their classes, and a strict op that passes a class on
+    (`class_rules.CLASS_READERS`) asks its operands for theirs.
     """
     facts = program_ranges(program, input_facts)
     needs: dict[int, set] = {}
     for pos, reqs in output_needs(sensitive_outputs).items():
         needs.setdefault(program.outputs[pos], set()).update(reqs)
-    decisions = set()
+    decisions, class_decisions = set(), set()
     for k, instr in enumerate(program.instrs):
         if is_decision(instr, program.dtypes):
             decisions.add(k)
-            for v, req in decision_seeds(program, instr):
+            seeds = _class_seeds(program, instr) if by_class is not None else None
+            if seeds is not None:
+                class_decisions.add(k)
+            for v, req in seeds or decision_seeds(program, instr):
                 needs.setdefault(v, set()).add(req)
     strict, robust, classed = set(decisions), {}, {}
     constants = dict(program.constants)
@@ -244,7 +256,7 @@ def analyze(
         wanted = set().union(*(needs.get(o, ()) for o in instr.outputs))
         if len(instr.outputs) == 1:
             wanted = settle_all(wanted, facts.ranges.get(instr.outputs[0]))
-        if not wanted or (k in decisions and _produces_a_decision(instr)):
+        if not wanted or (k in decisions and _produces_a_decision(instr)) or k in class_decisions:
             continue
         per_input = None
         if k not in decisions and len(instr.outputs) == 1 and (relaxable is None or relaxable(k)):
@@ -256,9 +268,13 @@ def analyze(
                     break
                 for acc, reqs in zip(per_input, translated, strict=True):
                     acc.update(reqs)
+        passes_class = False
         if per_input is None and k not in decisions and by_class is not None:
             per_input = _class_needs(program, instr, k, wanted, constants, by_class, classed)
-        if k in classed:
+            if per_input is None:
+                per_input = _class_reader_needs(program, instr, wanted)
+                passes_class = per_input is not None
+        if k in classed or passes_class:
             strict.add(k)
         elif per_input is None:
             strict.add(k)
@@ -284,14 +300,41 @@ def _class_needs(program: Program, instr: Instr, k: int, wanted: set, constants,
     """What a pow computed by class asks of its operands (recording it in ``classed``), or
     None: some predicate on it needs more than its class, no `class_rules` row, or the
     policy keeps its value libm's (``by_class``)."""
-    if len(instr.outputs) != 1 or not all(decided_by_class(r) for r in wanted) or not by_class(k):
+    if len(instr.outputs) != 1 or not all(decided_by_class(r) for r in wanted):
         return None
     row = class_rule(instr.op, [constants.get(v) for v in instr.inputs], program.dtypes[instr.outputs[0]])
-    if row is None or program.dtypes[instr.inputs[0]] != row.dtype:
+    if row is None or program.dtypes[instr.inputs[0]] != row.dtype or not by_class(k, row):
         return None
     bands = row.input_bands(exact_bands(wanted))
     classed[k] = (row, bands)
     return [{class_req(bands)}, set()]
+
+
+def _floats(program: Program, instr: Instr) -> bool:
+    return all(program.dtypes[v].startswith("float") for v in (*instr.inputs, *instr.outputs))
+
+
+def _producer_names(program: Program, instr: Instr) -> tuple:
+    producer = program.producers()
+    return tuple(None if (p := producer.get(v)) is None else program.instrs[p].op_name for v in instr.inputs)
+
+
+def _class_seeds(program: Program, instr: Instr) -> list | None:
+    """A decision whose output is a function of its float operands' classes (`class_rules.
+    CLASS_READERS`: sign): the class of each operand, whatever its readers want of it."""
+    if not _floats(program, instr):
+        return None
+    per_input = class_reader_needs(instr.op_name, _producer_names(program, instr), ())
+    return None if per_input is None else list(zip(instr.inputs, per_input, strict=True))
+
+
+def _class_reader_needs(program: Program, instr: Instr, wanted: set) -> list[set] | None:
+    """A strict op that passes a class requirement on (`class_rules.CLASS_READERS`): the
+    class of its operands (their bits in the bands wanted on its output), or None."""
+    if len(instr.outputs) != 1 or not all(decided_by_class(r) for r in wanted) or not _floats(program, instr):
+        return None
+    per_input = class_reader_needs(instr.op_name, _producer_names(program, instr), exact_bands(wanted))
+    return None if per_input is None else [{r} for r in per_input]
 
 
 def _nan_pattern_needs(program: Program, instr: Instr, wanted: set, facts) -> list[set] | None:
@@ -322,15 +365,15 @@ def relaxable_under(program: Program, policy) -> Callable[[int], bool] | None:
 
 def by_class_under(program: Program, policy) -> Callable[[int], bool] | None:
     """``by_class`` for `analyze` under ``policy``: a pow may be computed by class where its
-    natural class's budget allows a value one ulp from libm's (``max_ulp >= 1``): the
-    representative's value reaches the readers that do not decide (`class_rules`)."""
+    natural class's budget allows the row's representative (``max_ulp >= row.max_ulp``):
+    its value reaches the readers that do not decide (`class_rules`)."""
     if policy is None:
         return None
     chains = _reduction_chain(program)
 
-    def by_class(k: int) -> bool:
+    def by_class(k: int, row) -> bool:
         instr = program.instrs[k]
-        return policy.rule_for(natural_class(program, k, chains), instr.op_name).max_ulp >= 1
+        return policy.rule_for(natural_class(program, k, chains), instr.op_name).max_ulp >= row.max_ulp
 
     return by_class
 

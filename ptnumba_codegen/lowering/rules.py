@@ -599,8 +599,8 @@ def rule_kind(op) -> str:
 
 def plan_by_class(row, bands, in_dtypes, out_dtypes) -> Emitter:
     """The emitter of a pow computed by class (`analysis.class_rules`, `vecmath.class_calls`):
-    a float base of the row's dtype, the constant exponent cast to it (exact: the row's
-    exponent is a small integer) and moved to libm through `_opaque` as `libm_operands`
+    a float base of the row's dtype, the constant exponent cast to it (exact: every row's
+    exponent, -1, -0.5, -2, is exact in every float type) and moved to libm through `_opaque` as `libm_operands`
     moves it."""
     t = Typed(tuple(map(numba_type, in_dtypes)), tuple(map(numba_type, out_dtypes)))
     fty = numba_type(row.dtype)
@@ -611,4 +611,5 @@ def plan_by_class(row, bands, in_dtypes, out_dtypes) -> Emitter:
         y = _cast(context, builder, args[1], t.inputs[1], fty)
         return [class_call(builder, row, bands, args[0], _opaque(builder, y))]
 
-    return Emitter(emit, label=f"class pow (1/x; libm pow where |x| in {describe_bands(bands)})", pays_alone=True)
+    label = f"class pow ({row.formula}; libm pow where |x| in {describe_bands(bands)})"
+    return Emitter(emit, label=label, pays_alone=True)

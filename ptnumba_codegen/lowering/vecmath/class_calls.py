@@ -2,8 +2,8 @@
 
 ``class_call(builder, row, bands, x, y)`` is ``pow(x, y)`` (y the row's constant exponent,
 passed as a value LLVM cannot fold) where |x| lies in ``bands`` -- bit for bit libm's
-pow there -- and the row's representative elsewhere (``1 / x``: correctly rounded, the
-same class as libm's pow outside the bands). Like a lane call (`lane_calls`) the call site
+pow there -- and the row's representative elsewhere (``1 / x``, ``1 / sqrt(x)`` corrected
+at -0 and -inf, ``1 / (x * x)``: the same class as libm's pow outside the bands). Like a lane call (`lane_calls`) the call site
 calls a ``noinline`` scalar wrapper that names a vector variant in
 ``"vector-function-abi-variant"``: the variant divides a whole vector and calls libm lane
 by lane only for a vector with a lane in a band (a subnormal x for ``pow(x, -1)``:
@@ -14,6 +14,7 @@ branches the same way per element.
 from __future__ import annotations
 
 import hashlib
+import math
 
 from llvmlite import ir
 
@@ -49,10 +50,40 @@ def _in_bands(b: ir.IRBuilder, x, bands: Bands, ity):
     return hit
 
 
+def _reciprocal(b: ir.IRBuilder, x):
+    return b.fdiv(_splat(x.type, 1.0), x)  # no flags: IEEE division
+
+
+def _sqrt(module: ir.Module, ty) -> ir.Function:
+    """``llvm.sqrt`` of a scalar or vector type (llvmlite's declare_intrinsic knows no vector
+    types): IEEE square root, correctly rounded."""
+    if isinstance(ty, ir.VectorType):
+        name = f"llvm.sqrt.v{ty.count}f{64 if isinstance(ty.element, ir.DoubleType) else 32}"
+    else:
+        name = f"llvm.sqrt.f{64 if isinstance(ty, ir.DoubleType) else 32}"
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(ty, [ty]), name)
+
+
+def _rsqrt(b: ir.IRBuilder, x):
+    """1/sqrt(x), +inf at -0 (pow(-0, -0.5) = +inf) and +0 at -inf (pow(-inf, -0.5) = +0)."""
+    r = b.fdiv(_splat(x.type, 1.0), b.call(_sqrt(b.module, x.type), [x]))
+    r = b.select(b.fcmp_ordered("==", x, _splat(x.type, 0.0)), _splat(x.type, math.inf), r)
+    return b.select(b.fcmp_ordered("==", x, _splat(x.type, -math.inf)), _splat(x.type, 0.0), r)
+
+
+def _inverse_square(b: ir.IRBuilder, x):
+    return b.fdiv(_splat(x.type, 1.0), b.fmul(x, x))
+
+
+# `class_rules.REPRESENTATIVES` -> its IR (IEEE, no flags)
+REPRESENTATIVE_IR = {"reciprocal": _reciprocal, "rsqrt": _rsqrt, "inverse_square": _inverse_square}
+
+
 def _representative(b: ir.IRBuilder, row: ClassRule, x):
-    if row.representative == "reciprocal":
-        return b.fdiv(_splat(x.type, 1.0), x)  # no flags: IEEE division
-    raise ValueError(f"unknown representative {row.representative!r}")
+    emit = REPRESENTATIVE_IR.get(row.representative)
+    if emit is None:
+        raise ValueError(f"unknown representative {row.representative!r}")
+    return emit(b, x)
 
 
 def _libm(module: ir.Module, symbol: str, fty) -> ir.Function:
@@ -123,4 +154,4 @@ def class_call(builder: ir.IRBuilder, row: ClassRule, bands: Bands, x, y) -> ir.
     return call
 
 
-__all__ = ["POW_SYMBOLS", "class_call"]
+__all__ = ["POW_SYMBOLS", "REPRESENTATIVE_IR", "class_call"]
