@@ -64,6 +64,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
+from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.envelope_guards import add_envelope_guards
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
@@ -218,6 +219,7 @@ def inline(fgraph, node):
     if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
     dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
+    dfs_rewriter(decide_on_operands).rewrite(graph)  # the same outcome, fewer ops (decision_moves)
     dfs_rewriter(mark_pows).rewrite(graph)  # libm reads constant operands as the reference does
     outs = rebuild(graph, node.inputs)
     for old, new in zip(node.outputs, outs, strict=True):
