@@ -153,8 +153,10 @@ def test_the_rewrite_leaves_other_dtypes_alone(dtype):
 # -- whole graphs against the reference ----------------------------------------------------
 
 
-def _graph(dtype):
-    """PyMC's Gamma checks and logpow, and the rows' comparisons, on computed values."""
+def _graph(dtype, keep_log=True):
+    """PyMC's Gamma checks and logpow, and the rows' comparisons, on computed values (the
+    decisions on ``log(v)`` share one cone copy computing it: each decision is frozen alone
+    reading it); ``keep_log``: and one comparison no row moves."""
     x, a = pt.vector("x", dtype=dtype), pt.vector("a", dtype=dtype)
     v = x / pt.exp(a)
     w = v ** pt.constant(-1.0, dtype="float32")
@@ -171,9 +173,10 @@ def _graph(dtype):
         pt.neq(lv, np.inf),
         pt.le(lv, np.inf),
         pt.ge(-lv, -np.inf),  # -log(v) >= -inf: log(v) <= inf
-        pt.lt(lv, np.inf),  # no row: the log stays for this one
         pt.gt(pt.pow(w, -1.0), 0),
     ]
+    if keep_log:
+        outs.append(pt.lt(lv, np.inf))  # no row: the log stays for this one
     return [x, a], outs
 
 
@@ -211,12 +214,33 @@ def test_moved_decisions_equal_the_reference(dtype, backend):
             np.testing.assert_array_equal(got, want, err_msg=f"output {k}, a = {av}")
 
 
-@pytest.mark.parametrize("backend", ["policy_as_written", "policy_as_written_opaque"])
-def test_the_copies_compute_one_log(backend):
-    """Of the copies' logs, only the one no row moves (``log(v) < inf``) is computed."""
+def test_the_copies_compute_the_log_only_for_a_comparison_no_row_moves():
+    """Every log the copies compute is moved away, unless a comparison no row moves
+    (``log(v) < inf``) reads it: then once."""
     inputs, outs = _graph("float64")
-    fn = compile_fn(inputs, outs, backend, cache_key="moves_float64")
+    fn = compile_fn(inputs, outs, "policy_as_written", cache_key="moves_float64")
     assert len(_log_lines(fn)) == 1
+    inputs, outs = _graph("float64", keep_log=False)
+    fn = compile_fn(inputs, outs, "policy_as_written")
+    assert _log_lines(fn) == []
+    ref = compile_fn(inputs, outs, "unoptimized_strict")
+    xs = _edge_inputs("float64")
+    for got, want in zip(fn(xs, np.zeros_like(xs)), ref(xs, np.zeros_like(xs)), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_opaque_copy_moves_its_own_decision():
+    """An opaque copy (compiled on its own) moves the decisions in its own graph: the gamma
+    GLM's ``-1 * log(pow(v, -1)) == -inf`` computes no log."""
+    x, a = pt.vectors("x", "a")
+    w = (x / pt.exp(a)) ** pt.constant(-1.0, dtype="float32")
+    outs = [pt.eq(-1 * pt.log(w), -np.inf)]
+    fn = compile_fn([x, a], outs, "policy_as_written_opaque")
+    assert _log_lines(fn) == []
+    ref = compile_fn([x, a], outs, "unoptimized_strict")
+    xs = _edge_inputs("float64")
+    for av in (0.0, 700.0, -700.0):
+        np.testing.assert_array_equal(fn(xs, np.full_like(xs, av))[0], ref(xs, np.full_like(xs, av))[0])
 
 
 def test_a_wrong_row_fails_the_reference(monkeypatch):

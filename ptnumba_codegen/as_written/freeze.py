@@ -58,7 +58,7 @@ import logging
 from pytensor.graph.basic import Constant
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.fg import FrozenFunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, node_rewriter
+from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, in2out, node_rewriter
 from pytensor.scalar.basic import Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
@@ -160,6 +160,11 @@ class InlineAsWritten(GraphRewriter):
                     if done is not None:
                         inlined.append(done[0])
                         put_back.extend(done[1])
+        put_back = [v for v in put_back if v in fgraph.clients]
+        # decisions read operands (decision_moves): across copies too, a decision frozen
+        # alone reading a shared cone's log
+        if put_back:
+            in2out(decide_on_operands).apply(fgraph, start_from=put_back)
         spell_like_the_rest(fgraph, [v for v in put_back if v in fgraph.clients])
         read_copies_in_the_rest(fgraph)
         if put_back:
@@ -219,7 +224,6 @@ def inline(fgraph, node):
     if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
     dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
-    dfs_rewriter(decide_on_operands).rewrite(graph)  # the same outcome, fewer ops (decision_moves)
     dfs_rewriter(mark_pows).rewrite(graph)  # libm reads constant operands as the reference does
     outs = rebuild(graph, node.inputs)
     for old, new in zip(node.outputs, outs, strict=True):
