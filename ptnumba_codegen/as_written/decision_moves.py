@@ -9,7 +9,8 @@ its reason): the decision can compare ``pow(v, -1)`` with ``+inf`` and the copy 
 no log (nor product). The outcome is the reference's bit for bit; only values no output
 reads are no longer computed (a producer with other readers stays for them).
 
-Applied to a copy's inner graph before it is put back (`freeze.inline`) and in an opaque
+Applied once every copy is put back (`freeze.InlineAsWritten`, from the copies' outputs:
+across copies too, a decision frozen alone reading a shared cone's log) and in an opaque
 copy's own compilation (`lowering.INNER_REWRITES`).
 """
 
