@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
@@ -195,6 +196,77 @@ def _minus_one_times(pred, operands):
 CONSTANT_OPERAND_RULES: dict[type, Callable] = {
     ps.Mul: _minus_one_times,
 }
+
+
+# -- decisions moved to an operand ------------------------------------------------------
+
+# Where a comparison of a producer's output with a constant has, for every operand value,
+# NaN included, the outcome of another comparison of the producer's operand with another
+# constant (IEEE arithmetic and glibc's libm: the reference's), the decision can read the
+# operand and skip the producer (`as_written.decision_moves`; a producer other readers
+# need stays for them). Equivalences, where the rules above only say "decided by": the
+# log of ``log(w) == -inf`` need not be computed at all when the decision is all that
+# reads it (PyMC's ``logpow``). Comparisons are IEEE's: with a NaN, false, and ``!=``
+# true, on both sides. Tests: tests/test_decision_moves.py (each row against glibc's log
+# on every special value and 10^5 doubles around 0, the subnormals and the largest finite,
+# both signs; whole graphs against the reference; wrong rows caught).
+
+
+@dataclass(frozen=True)
+class MovedDecision:
+    """``producer(w) op c`` has the outcome of ``w moved_op moved_c`` for every ``w``."""
+
+    producer: type  # scalar op class, one operand (``w``)
+    op: str  # lt le gt ge eq ne
+    c: float
+    moved_op: str
+    moved_c: float
+    why: str
+
+
+_LOG_SPECIALS = (
+    "glibc's log (C99 F.9.3.7): log(+-0) = -inf, log(+inf) = +inf, NaN for w < 0 and for NaN; "
+    "finite for every other w (log(2^-1074) = -744.4, log(DBL_MAX) = 709.8; logf likewise)"
+)
+MOVED_DECISIONS: dict[tuple[type, str, float], MovedDecision] = {
+    (row.producer, row.op, row.c): row
+    for row in (
+        MovedDecision(ps.Log, "eq", -math.inf, "eq", 0.0, f"-inf exactly at +-0 (== 0 holds for -0): {_LOG_SPECIALS}"),
+        MovedDecision(ps.Log, "le", -math.inf, "eq", 0.0, f"<= -inf is == -inf: {_LOG_SPECIALS}"),
+        MovedDecision(ps.Log, "ne", -math.inf, "ne", 0.0, f"the negation of == -inf, NaN included: {_LOG_SPECIALS}"),
+        MovedDecision(
+            ps.Log, "gt", -math.inf, "gt", 0.0,
+            f"above -inf exactly where finite or +inf: w > 0 (subnormals and +inf included; false at +-0, "
+            f"negative, NaN): {_LOG_SPECIALS}",
+        ),
+        MovedDecision(ps.Log, "ge", -math.inf, "ge", 0.0, f"not NaN exactly for w >= 0 (-0 included): {_LOG_SPECIALS}"),
+        MovedDecision(ps.Log, "eq", math.inf, "eq", math.inf, f"+inf exactly at +inf: {_LOG_SPECIALS}"),
+        MovedDecision(ps.Log, "ge", math.inf, "eq", math.inf, f">= +inf is == +inf: {_LOG_SPECIALS}"),
+        MovedDecision(ps.Log, "ne", math.inf, "ne", math.inf, f"the negation of == +inf, NaN included: {_LOG_SPECIALS}"),
+        MovedDecision(ps.Log, "le", math.inf, "ge", 0.0, f"not NaN exactly for w >= 0: {_LOG_SPECIALS}"),
+    )
+}  # fmt: skip
+NEGATION_WHY = (
+    "-w op c <=> w swap(op) -c for every c: IEEE negation (and a product by the constant -1, "
+    "which rounds nothing) is exact, keeps NaN, and maps -0 to +0, which compare equal"
+)
+
+
+def moved_decision(producer, op: str, c: float, operands) -> tuple[int, str, float, str] | None:
+    """``producer(...) op c`` as a comparison of one of the producer's operands: (its
+    position, the comparison, the constant, why), or None. ``operands``: each operand's
+    constant value, None where computed (a product by the constant -1 is a negation)."""
+    if isinstance(producer, ps.Neg) and len(operands) == 1:
+        return 0, SWAPPED[op], -c, NEGATION_WHY
+    if isinstance(producer, ps.Mul) and len(operands) == 2 and sum(v is None for v in operands) == 1:
+        k = 0 if operands[0] is not None else 1  # the constant's position
+        try:
+            minus_one = float(operands[k]) == -1.0
+        except (TypeError, ValueError):
+            return None
+        return (1 - k, SWAPPED[op], -c, NEGATION_WHY) if minus_one else None
+    row = MOVED_DECISIONS.get((type(producer), op, c)) if len(operands) == 1 else None
+    return None if row is None else (0, row.moved_op, row.moved_c, row.why)
 
 
 # Ops whose output, computed strictly (IEEE 754), is NaN exactly when one of these

@@ -58,13 +58,14 @@ import logging
 from pytensor.graph.basic import Constant
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.fg import FrozenFunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, node_rewriter
+from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, in2out, node_rewriter
 from pytensor.scalar.basic import Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.passes import pass_errors
+from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.envelope_guards import add_envelope_guards
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
@@ -173,6 +174,11 @@ class InlineAsWritten(GraphRewriter):
                     if done is not None:
                         inlined.append(done[0])
                         put_back.extend(done[1])
+        put_back = [v for v in put_back if v in fgraph.clients]
+        # decisions read operands (decision_moves): across copies too, a decision frozen
+        # alone reading a shared cone's log
+        if put_back:
+            in2out(decide_on_operands).apply(fgraph, start_from=put_back)
         spell_like_the_rest(fgraph, [v for v in put_back if v in fgraph.clients])
         read_copies_in_the_rest(fgraph)
         if put_back:

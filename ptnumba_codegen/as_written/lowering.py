@@ -42,6 +42,7 @@ from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
+from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.freeze import fold_exact_constants
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
@@ -65,6 +66,10 @@ INNER_REWRITES = {
     "mark_pows": "a pow with a constant operand becomes PowAsWritten, the same pow whose "
     "constant operands reach libm as values (as the reference reads them from arrays), not "
     "folded into a call LLVM rewrites (as_written.libm_operands)",
+    "decide_on_operands": "a comparison of a producer's output with a constant that has the "
+    "outcome of a comparison of its operand, for every value (-1 * log(w) == -inf is w == +inf: "
+    "as_written.decision_moves), reads the operand: the decision is the same bool, and only "
+    "values no output reads are skipped",
     "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
     "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
     "settled, growing a structural-equation model's copy past 10 GB): the reference runs such an "
@@ -100,6 +105,7 @@ def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
             (MergeOptimizer(), MERGE_POSITION),
             (dfs_rewriter(fold_exact_constants), MERGE_POSITION + 0.01),
             (dfs_rewriter(inline_symbolic_ops), MERGE_POSITION + 0.02),
+            (dfs_rewriter(decide_on_operands), MERGE_POSITION + 0.025),
             (dfs_rewriter(mark_pows), MERGE_POSITION + 0.03),
             (FusionOptimizer(), FUSION_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),

@@ -16,7 +16,8 @@ strictly, as it compiles any decision's cone under ``default``.
 
 from __future__ import annotations
 
-from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
+from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.rewriting import elemwise, shape, subtensor, uncanonicalize
 
 # rewrite -> why it moves values only (no arithmetic is evaluated or re-associated)
@@ -38,11 +39,31 @@ VALUE_MOVE_REWRITES = {
 }
 
 
+@node_rewriter([DimShuffle])
+def compose_dimshuffles(fgraph, node):
+    """`local_dimshuffle_lift` but for its lift through an elementwise op: two dimshuffles
+    composed, an identity dropped."""
+    inode = node.inputs[0].owner
+    if inode is not None and isinstance(inode.op, Elemwise):
+        if len(inode.outputs) == 1 and len(fgraph.clients[node.inputs[0]]) == 1:
+            return None  # the lift
+    return elemwise.local_dimshuffle_lift.transform(fgraph, node)
+
+
 def spell_like_the_rest(fgraph, outputs) -> None:
     """Apply `VALUE_MOVE_REWRITES` to what ``outputs`` are computed from, then merge the
     nodes that compute the same op on the same inputs."""
     if not outputs:
         return
+    # first without lifting dimshuffles through elementwise ops: a lift happens only where the
+    # op has one reader, so a copy that lifts ``ExpandDims(exp(s))`` to ``exp(ExpandDims(s))``
+    # no longer merges with the ``ExpandDims`` of a shared cone's ``exp(s)`` (the gamma GLM's
+    # checks computed ``shape / exp(eta)`` and its pow twice, in two kernels); merged first,
+    # the op has several readers and stays
+    first = [compose_dimshuffles if r is elemwise.local_dimshuffle_lift else r for r in VALUE_MOVE_REWRITES]
+    in2out(*first, ignore_newtrees=False).apply(fgraph, start_from=outputs)
+    MergeOptimizer().rewrite(fgraph)
+    outputs = [v for v in outputs if v in fgraph.clients]
     in2out(*VALUE_MOVE_REWRITES, ignore_newtrees=False).apply(fgraph, start_from=outputs)
     MergeOptimizer().rewrite(fgraph)
 
