@@ -119,7 +119,7 @@ def test_opaque_copies_yield_to_the_pools_of_their_function(monkeypatch):
     monkeypatch.setattr(pools, "_SHARED", set())
     monkeypatch.setattr(pools, "POOLS", tuple(dataclasses.replace(p, threads=lambda: 2) for p in pools.POOLS))
     X, beta, x = pt.matrix("X"), pt.vector("beta"), pt.vector("x")
-    outs = [X @ beta + x, pt.gt((pt.exp(x) * 2.0).sum(), 1.0)]  # the sum keeps the copy opaque
+    outs = [X @ beta + x, pt.gt((pt.exp(x) * 2.0).prod(), 1.0)]  # the product keeps the copy opaque
     fn = pytensor.function([X, beta, x], outs, mode=ptnumba_codegen.policy_mode("as_written"))
     [copy] = frozen(fn)
     assert copy.op.outer_pools == ("OpenBLAS",)
@@ -213,17 +213,17 @@ def test_random_draws_and_inputs_end_cones():
 def test_condition_inputs_and_container_inputs_are_frozen_and_the_node_stays():
     x, y = pt.vectors("x", "y")
     X = pt.matrix("X")
-    checked = Assert("x*y must be nonzero")(x, (x * y).sum())  # a float condition, cast to bool
+    checked = Assert("x*y must be nonzero")(x, (x * y).prod())  # a float condition, cast to bool
     outs = [checked * 2.0, pt.logsumexp(X * 0.5, axis=1), pytensor.grad(pt.logsumexp(X * 0.5, axis=1).sum(), X)]
     fn = compile_fn([x, y, X], outs, "policy_as_written", cache_key="inputs")
     copies = [(n.op.kind, n.op.label) for n in frozen(fn)] + [(r[2], r[1]) for r in inlined(fn)]
     kinds = sorted((kind, label.split(" of ")[-1].split("{")[0]) for kind, label in copies)
-    assert kinds == [("cone", "Sum"), ("decision", "Cast"), ("inputs", "LogSumExp")], kinds
-    # the cast's cone holds a Sum: the Sum gets a copy of its own, which the cast (on a
+    assert kinds == [("cone", "Prod"), ("decision", "Cast"), ("inputs", "LogSumExp")], kinds
+    # the cast's cone holds a Prod: the Prod gets a copy of its own, which the cast (on a
     # native scalar: ScalarFromTensor, not inlined) reads; the copy of LogSumExp's input
     # values is put back: LogSumExp and its gradient are inlined before the kernels are
     # planned (`freeze.INLINED_BEFORE_KERNELS`), so the analysis sees their max decisions
-    assert sorted(n.op.label.split("{")[0] for n in frozen(fn)) == ["Cast", "Sum"]
+    assert sorted(n.op.label.split("{")[0] for n in frozen(fn)) == ["Cast", "Prod"]
     assert ("inputs", "LogSumExp") in [(r[2], r[1].split(" of ")[-1].split("{")[0]) for r in inlined(fn)]
     assert any(isinstance(n.op, Assert) for n in fn.maker.fgraph.toposort())
     vals = [np.linspace(0.5, 2, 6), np.linspace(1, 2, 6), np.linspace(-3, 3, 12).reshape(3, 4)]
@@ -370,27 +370,53 @@ def inner_ops(fn) -> list[str]:
     return [type(n.op).__name__ for c in frozen(fn) for n in c.op.fgraph.toposort()]
 
 
-def test_an_op_kernels_cannot_hold_gets_one_copy_read_by_every_cone():
+def categorical_checks(axis):
     """PyMC's Categorical checks on ``p = softmax(X @ B + a)``: ``0 <= p``, ``p <= 1`` and
-    ``|sum(p) - 1| <= tol``. The Softmax and the Sum each get one copy (before: each check
-    recomputed the softmax in a copy of its own); the checks above them are inlined."""
+    ``|sum(p) - 1| <= tol``, a log-likelihood under them, and ``p <= 0.2``."""
     X, B, a = pt.matrix("X"), pt.matrix("B"), pt.vector("a")
-    p = pt.special.softmax(X @ B + a, axis=1)
-    simplex = pt.le(pt.abs(p.sum(axis=1) - 1.0), 1e-5)
+    p = pt.special.softmax(X @ B + a, axis=axis)
+    simplex = pt.le(pt.abs(p.sum(axis=axis) - 1.0), 1e-5)
     ok = pt.all(pt.ge(p, 0.0)) & pt.all(pt.le(p, 1.0)) & pt.all(simplex)
     outs = [pt.switch(ok, pt.log(p[:, 0]).sum(), -np.inf), pt.le(p, 0.2), simplex]
-    fn = compile_fn([X, B, a], outs, "policy_as_written", cache_key="own_softmax")
+    return [X, B, a], outs
+
+
+def test_an_op_kernels_cannot_hold_gets_one_copy_read_by_every_cone():
+    """A softmax over both axes of a matrix: its sum, and the checks' ``sum(p)``, span two
+    axes, so neither is put back (`freeze.ONE_AXIS_REDUCERS`). The Softmax and the Sum each
+    get one copy (before: each check recomputed the softmax in a copy of its own); the
+    checks above them are inlined."""
+    inputs, outs = categorical_checks(None)
+    fn = compile_fn(inputs, outs, "policy_as_written", cache_key="own_softmax")
     assert inner_ops(fn).count("Softmax") == 1 and inner_ops(fn).count("Sum") == 1, inner_ops(fn)
     assert [n.op.label for n in frozen(fn) if "cones" in n.op.label] == [
-        "Softmax{axis=(1,)} in decisions' cones",
-        "Sum{axis=1} in decisions' cones",
+        "Softmax{axis=(0, 1)} in decisions' cones",
+        "Sum{axes=None} in decisions' cones",
     ]
+    assert {"Ge", "Le"} <= {r[1] for r in inlined(fn)}
+    rng = np.random.default_rng(8)
+    Xv, Bv = rng.normal(size=(40, 3)), rng.normal(size=(3, 5))
+    av = np.zeros(5)
+    ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key="own_softmax")(Xv, Bv, av)
+    res = fn(Xv, Bv, av)
+    for r, e in zip(res[1:], ref[1:], strict=True):
+        np.testing.assert_array_equal(r, e)
+    np.testing.assert_allclose(res[0], ref[0], rtol=1e-12)
+
+
+def test_a_row_softmax_and_its_row_sum_are_put_back_into_the_kernels():
+    """The Categorical's softmax over rows: the Softmax (its max, exp, row sum and divide)
+    and the checks' row sum are put back (`freeze.INLINED_SYMBOLIC_OPS`,
+    `freeze.ONE_AXIS_REDUCERS`); only the product stays a copy, shared with the rest."""
+    inputs, outs = categorical_checks(1)
+    fn = compile_fn(inputs, outs, "policy_as_written", cache_key="row_softmax")
+    assert [n.op.kind for n in frozen(fn)] == ["shared"], [str(n.op) for n in frozen(fn)]
     assert {"Ge", "Le"} <= {r[1] for r in inlined(fn)}
     rng = np.random.default_rng(8)
     Xv, Bv = rng.normal(size=(40, 3)), rng.normal(size=(3, 5))
     Xv[:15] = 0.0  # rows of equal logits: p == 0.2 exactly, ties for the second output
     av = np.zeros(5)
-    ref = compile_fn([X, B, a], outs, "unoptimized_strict", cache_key="own_softmax")(Xv, Bv, av)
+    ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key="row_softmax")(Xv, Bv, av)
     res = fn(Xv, Bv, av)
     assert ref[1][:15].all()
     for r, e in zip(res[1:], ref[1:], strict=True):
@@ -399,10 +425,11 @@ def test_an_op_kernels_cannot_hold_gets_one_copy_read_by_every_cone():
 
 
 def test_the_rest_of_the_graph_reads_an_own_copy_that_computes_the_same():
-    """``s = sum(x * y, axis=1)`` feeds a decision and the rest: no rewrite changes it, so
-    the rest reads the copy (one sum, as written) instead of computing it again."""
-    x, y, b = pt.matrix("x"), pt.matrix("y"), pt.vector("b")
-    s = (x * y).sum(axis=1)
+    """``s = sum(x * y, axis=(1, 2))`` feeds a decision and the rest: no rewrite changes it,
+    so the rest reads the copy (one sum, as written) instead of computing it again (a sum
+    over two axes stays opaque, `freeze.ONE_AXIS_REDUCERS`)."""
+    x, y, b = pt.tensor3("x"), pt.tensor3("y"), pt.vector("b")
+    s = (x * y).sum(axis=(1, 2))
     outs = [pt.le(s, b), s * 2.0]
     fn = compile_fn([x, y, b], outs, "policy_as_written", cache_key="own_sum_read")
     [copy] = frozen(fn)
@@ -410,7 +437,7 @@ def test_the_rest_of_the_graph_reads_an_own_copy_that_computes_the_same():
     rest = [n for n in fn.maker.fgraph.toposort() if not isinstance(n.op, AsWritten)]
     assert not any("reduce" in str(n.op) or "Sum" in str(n.op) for n in rest), rest
     rng = np.random.default_rng(9)
-    xv, yv = rng.normal(size=(30, 7)), rng.normal(size=(30, 7))
+    xv, yv = rng.normal(size=(30, 7, 3)), rng.normal(size=(30, 7, 3))
     ref_fn = compile_fn([x, y, b], outs, "unoptimized_strict", cache_key="own_sum_read")
     bv = ref_fn(xv, yv, np.zeros(30))[1] / 2.0  # the sums as written: ties
     ref, res = ref_fn(xv, yv, bv), fn(xv, yv, bv)
@@ -419,10 +446,13 @@ def test_the_rest_of_the_graph_reads_an_own_copy_that_computes_the_same():
     assert_same_bits(res[1], ref[1])
 
 
-def test_symbolic_ops_in_copies_are_inlined_and_keep_the_references_bits():
+@pytest.mark.parametrize("backend", ["policy_as_written_opaque", "policy_as_written"])
+def test_symbolic_ops_in_copies_are_inlined_and_keep_the_references_bits(backend):
     """Softmax, LogSoftmax and LogSumExp in an opaque copy run their inner graphs' ops as
-    the reference does, fused and generated strictly: every decision equal to the
-    reference over scales, widths, both axes and special values."""
+    the reference does, fused and generated strictly; put back into the graph
+    (``policy_as_written``: over one axis they are), the same ops in the function's
+    kernels: every decision equal to the reference over scales, widths, both axes and
+    special values."""
     from ptnumba_codegen.as_written.lowering import lowering_graph
 
     x = pt.matrix("x")
@@ -430,9 +460,10 @@ def test_symbolic_ops_in_copies_are_inlined_and_keep_the_references_bits():
     for axis in (1, 0):
         p, ls = pt.special.softmax(x * 1.5, axis=axis), pt.special.log_softmax(x * 1.5, axis=axis)
         outs = [pt.le(p, 0.3), pt.ge(ls, -1.2), pt.le(p.sum(axis=axis), 1.0), pt.gt(pt.logsumexp(x * 1.5, axis=axis), 2.0)]
-        fn = compile_fn([x], outs, "policy_as_written", cache_key=f"symbolic_inlined{axis}")
+        fn = compile_fn([x], outs, backend, cache_key=f"symbolic_inlined{axis}")
         graphs = [lowering_graph(c.op) for c in frozen(fn)]
-        assert graphs and not any(isinstance(n.op, SymbolicOp) for g in graphs for n in g.toposort())
+        assert not any(isinstance(n.op, SymbolicOp) for g in graphs for n in g.toposort())
+        assert bool(graphs) == (backend == "policy_as_written_opaque")
         ref = compile_fn([x], outs, "unoptimized_strict", cache_key=f"symbolic_inlined{axis}")
         rng = np.random.default_rng(10)
         for shape in [(200, 5), (7, 300), (3, 1)]:

@@ -12,8 +12,8 @@ before ``merge1`` and ``canonicalize``. For every deciding node (the tables of
    as written (`decisions.SHARED_OPS`: ``X @ beta`` of a parameter vector) is put alone
    into a one-op `AsWritten` copy (``kind="shared"``) that every reader reads, cones and
    the rest of the graph: computed once, as written; the cones end at it (`share_ops`);
-   And every op of some cone that kernels cannot hold (a Softmax, a Sum, a Cholesky: not
-   elementwise, not a max/min reduction) gets one copy of its own, with its cone, when the
+   And every op of some cone that kernels cannot hold (a Sum over several axes, a Cholesky:
+   not elementwise, not an inlinable reduction) gets one copy of its own, with its cone, when the
    walk below reaches it (`own_copy_nodes`, `Copies.own_copy`): every later copy reads it
    instead of recomputing it, so the copies above it are elementwise and are inlined;
 1. take its float decision inputs and walk back through their producers to the leaves
@@ -34,9 +34,14 @@ in a decision's cone) and with scalar libm; so are max/min reductions, exact in 
 A producer that a robust rule (`ptnumba_codegen.analysis.robust`) lets go keeps its own class
 there, as under ``default``: the rules cover the lowering's ulps, given the producer's
 inputs, and the copy gives it the inputs as written; they say nothing about rewrites, so
-a robust decision is frozen like any other. Copies holding other ops (sums, products, ``Dot``, ``Scan``, ...), or under a policy whose
-``comparison_sensitive`` class has flags, stay opaque and are compiled on their own
-(`ptnumba_codegen.as_written.lowering`).
+a robust decision is frozen like any other. So are sums over one axis
+(`ONE_AXIS_REDUCERS`: stock adds along it in index order, and so do the strict kernels) and
+the symbolic ops fusion inlines (`INLINED_SYMBOLIC_OPS`: a Softmax is put back as its max,
+exp, row sum and divide), so a Categorical's checks on ``p`` and ``sum(p)`` share the exp
+and the row sum with its log-likelihood wherever merge finds the same ops on the same
+inputs. Copies holding other ops (sums over several axes, products, ``Dot``, ``Scan``, ...),
+or under a policy whose ``comparison_sensitive`` class has flags, stay opaque and are
+compiled on their own (`ptnumba_codegen.as_written.lowering`).
 
 The original cone stays in the graph for whatever else reads it and is rewritten and fused
 as usual, so a value that feeds both a decision and other math is computed twice: once as
@@ -59,7 +64,8 @@ from pytensor.graph.basic import Constant
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.fg import FrozenFunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, in2out, node_rewriter
-from pytensor.scalar.basic import Maximum, Minimum
+from pytensor.compile.rewriting import inline_ofg_node
+from pytensor.scalar.basic import Add, Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
@@ -97,9 +103,24 @@ INLINE_POSITION = 48.95
 # checks that the whole-graph sensitivity analysis sees through (whole_graph.TRANSPARENT_OPS,
 # PASS_FIRST_OPS: put back, a check still raises and passes its value's requirement on)
 INLINABLE_OPS = (Elemwise, *EXACT_OPS, *PASS_FIRST_OPS)
-# reductions an inlined copy may hold: exact in any accumulation order (Sum/Prod are not,
-# so a cone holding one stays opaque, compiled with the reference's own kernels)
-INLINABLE_REDUCERS = (Maximum, Minimum)
+# reductions an inlined copy may hold over any axes -> why the kernels give the reference's bits
+INLINABLE_REDUCERS = {
+    Maximum: "exact in any accumulation order (the sign of a zero: the kernels visit "
+    "elements in stock's order, tests/test_reduction_order.py)",
+    Minimum: "exact in any accumulation order, as Maximum",
+}
+# reductions an inlined copy may hold over one axis only -> why the kernels give the
+# reference's bits. Over several axes stock's order follows the runtime strides of the
+# array it reduces (memory order when C- or F-contiguous); the kernels matched it in every
+# layout tried, fused or not, but with no argument that covers every fusion such a cone
+# stays opaque, compiled with stock's own loops.
+ONE_AXIS_REDUCERS = {
+    Add: "over one axis stock's CAReduce adds each row's elements to the identity in "
+    "increasing index along that axis whatever the layout (its loop nests reorder the kept "
+    "axes only), and so does the strict kernel the policy compiles it to in a decision's "
+    "cone, fused with its producer and other reductions or not "
+    "(tests/test_as_written_reductions.py)",
+}
 INLINED_ATTR = "_ptnumba_as_written_inlined"  # on the function graph: what explain lists
 
 
@@ -141,6 +162,19 @@ class AsWrittenPass(GraphRewriter):
 
     def __str__(self):
         return f"AsWrittenPass({self.policy!r})"
+
+
+# Softmax, LogSoftmax, LogSumExp, ... and their gradients: the ops PyTensor's own
+# inline_symbolic_for_fusion inlines (not every SymbolicOp: AllocDiag's expansion never
+# settled). The reference runs such an op's inner graph op by op; expanded, the same ops
+# compute the same values (as_written.lowering, `INNER_REWRITES`).
+INLINED_SYMBOLIC_OPS = tuple(inline_symbolic_for_fusion.tracks())
+
+
+@node_rewriter(list(INLINED_SYMBOLIC_OPS))
+def inline_symbolic_ops(fgraph, node):
+    """A symbolic op (`INLINED_SYMBOLIC_OPS`) replaced by its inner graph."""
+    return inline_ofg_node(node)
 
 
 @node_rewriter(list(EXACT_OPS))
@@ -211,7 +245,7 @@ def strict_cones(policy: Policy) -> bool:
 
 
 def inlinable(graph) -> bool:
-    """Only elementwise ops, value moves and max/min reductions."""
+    """Only ops that `cone_op_inlinable` admits."""
     return all(cone_op_inlinable(n) for n in graph.toposort())
 
 
@@ -235,6 +269,7 @@ def inline(fgraph, node):
         return None
     graph = op.fgraph.unfreeze()
     guards = add_overflow_guards(graph, op.kind)
+    dfs_rewriter(inline_symbolic_ops).rewrite(graph)  # a Softmax as its max, exp, sum, divide
     if not inlinable(graph):
         return None  # a guard brought in a non-elementwise stable form
     dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
@@ -403,14 +438,24 @@ def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> l
 
 
 def cone_op_inlinable(node) -> bool:
-    """An elementwise op, a value move or a max/min reduction (`inlinable`, one node)."""
-    return isinstance(node.op, INLINABLE_OPS) or (
-        isinstance(node.op, CAReduce) and isinstance(node.op.scalar_op, INLINABLE_REDUCERS)
-    )
+    """An elementwise op, a value move, a reduction of `INLINABLE_REDUCERS` (or of
+    `ONE_AXIS_REDUCERS` over one axis), or a symbolic op whose inner graph holds only
+    those (`INLINED_SYMBOLIC_OPS`, expanded when the copy is put back): `inlinable`, one node."""
+    op = node.op
+    if isinstance(op, INLINABLE_OPS):
+        return True
+    if isinstance(op, CAReduce):
+        if isinstance(op.scalar_op, tuple(INLINABLE_REDUCERS)):
+            return True
+        axes = range(node.inputs[0].type.ndim) if op.axis is None else op.axis
+        return isinstance(op.scalar_op, tuple(ONE_AXIS_REDUCERS)) and len(axes) == 1
+    if isinstance(op, INLINED_SYMBOLIC_OPS):
+        return inlinable(op.fgraph)
+    return False
 
 
 def own_copy_nodes(fgraph) -> set:
-    """The nodes of some decision's cone that cannot be inlined (a Softmax, a Sum, a
+    """The nodes of some decision's cone that cannot be inlined (a Sum over several axes, a
     Cholesky, ...) and that do not decide themselves: each gets its own copy, computed once
     for every copy whose cone reaches it (`Copies.own_copy`), so the copies above it hold
     elementwise ops only and are inlined into the kernels."""

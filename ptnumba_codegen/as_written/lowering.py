@@ -27,9 +27,7 @@ from pytensor import config
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
 from pytensor.compile.mode import Mode
-from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
-from pytensor.compile.rewriting import inline_ofg_node
-from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter, node_rewriter
+from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch.basic import (
     numba_njit,
@@ -43,7 +41,7 @@ from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
-from ptnumba_codegen.as_written.freeze import fold_exact_constants
+from ptnumba_codegen.as_written.freeze import fold_exact_constants, inline_symbolic_ops
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
@@ -85,12 +83,6 @@ def inner_policy(policy: Policy) -> Policy:
     """``strict`` everywhere, with the outer policy's threads setting."""
     strict = load_policy("strict")
     return dataclasses.replace(strict, name=f"strict (as written, {policy.name})", parallel=policy.parallel)
-
-
-@node_rewriter(list(inline_symbolic_for_fusion.tracks()))
-def inline_symbolic_ops(fgraph, node):
-    """A symbolic op (`INNER_REWRITES`) replaced by its inner graph."""
-    return inline_ofg_node(node)
 
 
 @cache
