@@ -27,20 +27,13 @@ from pytensor.scalar import basic as ps
 from conftest import compile_fn
 from ptnumba_codegen.analysis import robust
 from ptnumba_codegen.analysis.robust import MOVED_DECISIONS, MovedDecision, moved_decision
+from test_class_rules import around  # the 2k + 1 doubles around |x|, and their negatives
 
 OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne}
 MAX64 = float(np.finfo(np.float64).max)
 DENORM_MIN64, TINY64 = 2.0**-1074, 2.0**-1022
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, DENORM_MIN64, -DENORM_MIN64, TINY64, -TINY64, MAX64, -MAX64, 1.0, -1.0])
 EDGES = (0.0, DENORM_MIN64, 2.0**-1060, TINY64, 1.0, MAX64, np.inf)
-
-
-def around(x, k):
-    """The 2k + 1 doubles around |x| (within [+0, +inf]), and their negatives."""
-    b = int(np.float64(x).view(np.int64))
-    bits = np.arange(max(b - k, 0), min(b + k, 0x7FF0000000000000) + 1, dtype=np.int64)
-    v = bits.view(np.float64)
-    return np.concatenate([v, -v])
 
 
 def points(k=50_000, n_random=1_000_000):
