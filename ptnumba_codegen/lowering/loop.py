@@ -690,30 +690,15 @@ class LoopNest:
 
 @contextmanager
 def counted_loop(builder, count, start=None, vectorize: bool = False):
-    """numba's ``cgutils.for_range`` over ``[start, count)``, whose latch carries
-    ``llvm.loop.vectorize.enable`` when ``vectorize``."""
-    intp = count.type
-    start = intp(0) if start is None else start
-    bbcond = builder.append_basic_block("for.cond")
-    bbbody = builder.append_basic_block("for.body")
-    bbend = builder.append_basic_block("for.end")
-    bbstart = builder.basic_block
-    builder.branch(bbcond)
-    with builder.goto_block(bbcond):
-        index = builder.phi(intp, name="loop.index")
-        builder.cbranch(builder.icmp_signed("<", index, count), bbbody, bbend)
-    with builder.goto_block(bbbody):
-        yield cgutils.Loop(index, lambda: builder.branch(bbend))
-        bbbody = builder.basic_block
-        incr = cgutils.increment_index(builder, index)
-        latch = builder.branch(bbcond)
-        if vectorize:
-            module = builder.module
-            hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.IntType(1)(1)])
-            latch.set_metadata("llvm.loop", module.add_metadata([hint], self_ref=True))
-    index.add_incoming(start, bbstart)
-    index.add_incoming(incr, bbbody)
-    builder.position_at_end(bbend)
+    """numba's ``cgutils.for_range`` over ``[start, count)``, whose latch (the branch back
+    to the loop's condition) carries ``llvm.loop.vectorize.enable`` when ``vectorize``."""
+    with cgutils.for_range(builder, count, start) as loop:
+        yield loop
+    if vectorize:
+        _value, latch_block = loop.index.incomings[-1]  # the incremented index's block
+        module = builder.module
+        hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.IntType(1)(1)])
+        latch_block.terminator.set_metadata("llvm.loop", module.add_metadata([hint], self_ref=True))
 
 
 def _static_dims(spec: LoopSpec, bc) -> tuple[int | None, ...] | None:
