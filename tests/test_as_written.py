@@ -587,6 +587,68 @@ def test_a_copy_holding_allocdiag_compiles_and_keeps_the_references_bits():
         assert_same_bits(r, e)
 
 
+def cholesky_checks():
+    """PyMC's MvNormal check on the factor of a computed covariance: ``diag(L) > 0`` with
+    ``L = cholesky(K)``, ``K = diag(exp(a) * exp(c)) + 0.25`` (fast_run rewrites the
+    product to ``exp(a + c)``), a log-likelihood under it, its gradient, ``diag(L) <= b``
+    and ``L`` itself."""
+    a, c, b, y = pt.vectors("a", "c", "b", "y")
+    d = pt.exp(a) * pt.exp(c)
+    K = d[:, None] * pt.constant(np.eye(40)) + 0.25
+    L = pt.linalg.cholesky(K)
+    diag = pt.diagonal(L)
+    z = pt.linalg.solve_triangular(L, y, lower=True)
+    logp = pt.switch(pt.all(pt.gt(diag, 0.0)), -pt.log(diag).sum() - 0.5 * (z**2).sum(), -np.inf)
+    return [a, c, b, y], [logp, pytensor.grad(logp, a), pt.le(diag, b), L]
+
+
+def cholesky_points():
+    rng = np.random.default_rng(11)
+    return rng.uniform(-3.0, 3.0, 40), rng.uniform(-3.0, 3.0, 40), rng.normal(size=40)
+
+
+@pytest.mark.parametrize("backend", ["policy_as_written", "policy_as_written_opaque"])
+def test_the_rest_reads_the_cholesky_the_decisions_read(backend):
+    """The factor is computed once, as written, for the check and for the rest
+    (`decisions.READ_BY_THE_REST`): one Cholesky in the function, in its own copy, which
+    holds the factorization alone and reads one copy of ``K``'s cone (put back into the
+    kernels when the policy allows); the rest's solves, log-determinant and gradient read
+    that factor (before: a second factorization of the rewritten ``K``). Decisions equal
+    the graph as written at ties (``b`` is the reference's diagonal and one ulp either
+    side, where ``default``'s rewritten factor differs), and ``L`` is the reference's, bit for bit."""
+    inputs, outs = cholesky_checks()
+    fn = compile_fn(inputs, outs, backend, cache_key="cholesky_rest")
+    ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key="cholesky_rest")
+    default = compile_fn(inputs, outs, "policy_default", cache_key="cholesky_rest")
+    def factorizes(node):
+        return "Cholesky" in type(getattr(node.op, "core_op", node.op)).__name__
+
+    assert not any(factorizes(n) for n in fn.maker.fgraph.toposort())  # none in the rest
+    [factor] = [n for n in frozen(fn) if any(factorizes(m) for m in n.op.fgraph.toposort())]
+    assert [type(n.op).__name__ for n in factor.op.fgraph.toposort()] == ["Blockwise"]
+    if backend == "policy_as_written":
+        assert any(r[1].startswith("inputs of Blockwise{Cholesky") for r in inlined(fn)), inlined(fn)
+    av, cv, yv = cholesky_points()
+    d = np.diagonal(ref(av, cv, np.zeros(40), yv)[3]).copy()
+    flips = 0
+    for bv in (d, np.nextafter(d, np.inf), np.nextafter(d, -np.inf)):
+        res, exp = fn(av, cv, bv, yv), ref(av, cv, bv, yv)
+        np.testing.assert_array_equal(res[2], exp[2])
+        assert_same_bits(res[3], exp[3])  # the rest's factor is the one as written
+        np.testing.assert_allclose(res[0], exp[0], rtol=1e-12)
+        np.testing.assert_allclose(res[1], exp[1], rtol=1e-10)
+        flips += (default(av, cv, bv, yv)[2] != exp[2]).sum()
+    assert flips > 0  # the ties tell the rewritten factor from the one as written
+    # a NaN in K: a NaN factor, the check false, as in the reference
+    av[5] = np.nan
+    res, exp = fn(av, cv, d, yv), ref(av, cv, d, yv)
+    assert np.isnan(exp[3]).any() and exp[0] == -np.inf
+    assert_same_bits(res[3], exp[3])
+    np.testing.assert_array_equal(res[2], exp[2])
+    assert res[0] == exp[0] and np.array_equal(np.isnan(res[1]), np.isnan(exp[1]))
+    assert np.array_equal(res[1] == 0, exp[1] == 0)
+
+
 def test_a_constant_exponent_that_llvm_rewrites_is_decided_as_written():
     """Found at an earlier stop: ``le(x ** 2.0, b)`` at ties ``b = x * x`` and one ulp either
     side flipped at 61 of 100k points: the reference calls libm's pow(x, 2.0) on an array

@@ -54,6 +54,7 @@ TRANSPARENT_OPS: tuple[type, ...] = (
     ScalarizedJoin,
     DeepCopyOp,
     ViewOp,
+    ptb.ExtractDiag,  # pt.diagonal: selects elements, as Subtensor (tests/test_whole_graph.py)
 )
 # Ops whose output is their first input, unchanged, once their other (boolean) inputs
 # pass a check: a predicate on the output is the same predicate on that input.

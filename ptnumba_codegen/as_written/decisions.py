@@ -36,6 +36,7 @@ from pytensor.scan.op import Scan
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.extra_ops import SearchsortedOp, Unique
+from pytensor.tensor.linalg import Cholesky
 from pytensor.tensor.math import Argmax, Dot
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.sort import ArgSortOp, SortOp
@@ -287,3 +288,24 @@ def shared_reason(node) -> str | None:
     if any(is_computed(v) for v in floats):
         return None  # its inputs are computed: it belongs to a cone copy
     return reason
+
+
+# op class -> why, when a node of it in some decision's cone gets its own copy (with its
+# cone, `freeze.own_copy_nodes`), the rest of the graph reads that copy too instead of
+# computing the op again from its rewritten cone. The rest then gets the value as written
+# (the reference's), computed strictly, and loses the rewrites and fast flags of the cone
+# it reads through the op (not of what else reads that cone).
+READ_BY_THE_REST = {
+    Cholesky: "a factorization: O(n^3) LAPACK work (potrf, the same routine whatever the "
+    "flags) on an O(n^2) cone; computing the cone once strictly costs less than factorizing "
+    "twice, and the rest's checks and solves then read the factor the decisions read",
+}
+
+
+def read_by_the_rest(node) -> str | None:
+    """Why the rest of the graph reads ``node``'s own copy (`READ_BY_THE_REST`), or None.
+    A Blockwise is looked up by its core op."""
+    op = node.op.core_op if isinstance(node.op, Blockwise) else node.op
+    if node.op.destroy_map:
+        return None
+    return mro_lookup(READ_BY_THE_REST, op)

@@ -84,6 +84,7 @@ from ptnumba_codegen.as_written.decisions import (
     is_computed,
     is_float,
     leaf_reason,
+    read_by_the_rest,
     shared_reason,
 )
 from ptnumba_codegen.analysis.whole_graph import PASS_FIRST_OPS
@@ -433,8 +434,21 @@ def freeze_graph(fgraph, policy: Policy, outer_pools: tuple[str, ...] = ()) -> l
         if new is not None:
             frozen.append(new)
         if written in own and node in fgraph.apply_nodes:
-            frozen.extend(copies.own_copy(node))
+            made = copies.own_copy(node)
+            frozen.extend(made)
+            if made and read_by_the_rest(node) is not None:
+                _rest_reads_own_copy(fgraph, node, made[-1], copies)
     return frozen
+
+
+def _rest_reads_own_copy(fgraph, node, copy, copies: Copies) -> None:
+    """Every reader of ``node`` reads its own copy ``copy`` (`decisions.READ_BY_THE_REST`):
+    the op is computed once, as written, for the decisions and the rest."""
+    pairs = [(out, copies.ends[out]) for out in node.outputs if out in copies.ends and out in fgraph.clients]
+    if len(pairs) != len(node.outputs):
+        return  # an output computed elsewhere: leave the rest as it is
+    fgraph.replace_all_validate(pairs, reason=REASON)
+    log.info("as-written %s: the rest of the graph reads it (%s)", copy.op.label, read_by_the_rest(node))
 
 
 def cone_op_inlinable(node) -> bool:
@@ -581,11 +595,32 @@ class Copies:
         outputs = [v for v in node.outputs if v not in self.ends]
         if not outputs:
             return []
+        made = []
+        if read_by_the_rest(node) is not None:
+            made = self.cone_of_inputs(node)
         leaves, _ = self.leaves(list(node.inputs))  # indices and shapes too: leaves as well
         new = self.make(leaves, outputs, f"{node.op} in decisions' cones", "cone")
         for k, (old, out) in enumerate(zip(outputs, new.outputs, strict=True)):
             out.name = old.name or f"own{len(self.nodes)}.{k}"
         self.ends.update(zip(outputs, new.outputs, strict=True))
+        self.nodes.append(new)
+        return [*made, new]
+
+    def cone_of_inputs(self, node) -> list:
+        """One copy (``kind="cone"``) of the computed float inputs of ``node`` when kernels
+        can hold their whole cone (`cone_op_inlinable`): ``node``'s own copy then reads it and
+        holds the op alone, and the cone is put back into the kernels, where merge shares
+        what the rest computes by the same ops (a list of the new node, or empty)."""
+        roots = [v for v in dict.fromkeys(node.inputs) if is_float(v) and v not in self.ends and is_computed(v)]
+        if not roots:
+            return []
+        leaves, seen = self.leaves(roots)
+        if not all(cone_op_inlinable(v.owner) for v in seen if v.owner is not None and v not in self.ends and not is_leaf(v)):
+            return []
+        new = self.make(leaves, roots, f"inputs of {node.op}", "cone")
+        for k, (old, out) in enumerate(zip(roots, new.outputs, strict=True)):
+            out.name = old.name or f"in{len(self.nodes)}.{k}"
+        self.ends.update(zip(roots, new.outputs, strict=True))
         self.nodes.append(new)
         return [new]
 
