@@ -514,3 +514,34 @@ def test_the_analysis_keeps_the_quotient_as_written_where_a_value_leaks(leak):
     assert len(analyze(program, by_class=by_class_under(program, policy)).by_class) == 2
     program = _program(leak)
     assert analyze(program, by_class=by_class_under(program, policy)).by_class == {}
+
+
+@pytest.mark.parametrize("value_read", [False, True], ids=["class_only", "value_read"])
+def test_the_whole_graph_marks_an_output_class_only_only_where_every_reader_decides(value_read):
+    """A kernel's ``scale`` read by another kernel's ``scale == inf`` alone is class only (its
+    kernel may give any value of its class); read also by ``scale * 2`` (a value) or
+    returned, it is not."""
+    import pytensor.tensor as ptt
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.scalar import basic as ps
+    from pytensor.tensor.elemwise import Elemwise
+
+    from ptnumba_codegen.analysis.graph_ranges import graph_facts
+    from ptnumba_codegen.analysis.whole_graph import class_only_variables, sensitive_variables
+    from ptnumba_codegen.policy import load_policy
+
+    a, v = ps.float64("a"), ps.float64("v")
+    producer = Elemwise(ps.Composite([a, v], [(a / ps.exp(v)) ** ps.constant(np.float32(-1.0))]))
+    decide = Elemwise(ps.Composite([a], [ps.eq(a, ps.constant(np.inf))]))
+    double = Elemwise(ps.Composite([a], [a * ps.constant(2.0)]))
+    s, x = ptt.dvector("s"), ptt.dvector("x")
+    scale = producer(s, x)
+    policy = load_policy("as_written")
+
+    def marked(outs):
+        fg = FunctionGraph([s, x], outs, clone=False)
+        facts = graph_facts(fg)
+        return scale in class_only_variables(fg, sensitive_variables(fg, policy, facts), policy, facts)
+
+    assert marked([decide(scale), *([double(scale)] if value_read else [])]) is not value_read
+    assert not marked([decide(scale), scale])
