@@ -393,6 +393,7 @@ def test_the_final_ir_of_the_check_calls_exp_only_where_in_doubt():
     ir_text = final_ir(fn)
     assert re.search(r"@ptnumba_quotient\d+_exp_", ir_text), "no class quotient in the final IR"
     assert not re.search(r"@(ptnumba_exact\d+_exp|ptnumba_libm_exp|llvm\.exp\.)", ir_text)
+    assert not re.search(r"@llvm\.fma\.v\d+f64", ir_text), "an exact-lane exp inlined"  # (17 without the row)
     # exp is called only where a lane is in doubt: every call of glibc's exp divides right
     # away (a / exp(x), as written), and the vector loop's exp is the fast path's libmvec one
     lines = ir_text.splitlines()
