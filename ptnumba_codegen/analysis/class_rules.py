@@ -1,5 +1,5 @@
-"""Decisions that need only a value's class: which pows a cone may compute by class
-(pure Python, no numba).
+"""Decisions that need only a value's class: which pows (and quotients by an exp) a cone
+may compute by class (pure Python, no numba).
 
 A comparison with 0 or +-inf, ``isnan``, ``isinf`` (and a pow of such a value, below) do
 not need a value's bits, only its *class*: NaN, -inf, negative finite, -0, +0, positive
@@ -27,6 +27,12 @@ be that far off outside decisions (the representative's value reaches every read
 pow: ``max_ulp >= row.max_ulp`` for its natural class; `default` and `as_written` allow 4,
 `strict` none) -- its class, and so every decision and every zero/inf/NaN pattern derived
 from it, is libm's.
+
+`QUOTIENT_RULES`: ``a / exp(x)`` whose every reader, transitively, decides by class (the
+exp read by nothing else, the quotient's value going nowhere: `CLASS_ONLY` marks kernel
+outputs read so downstream) is ``copysign(1, a)`` where a's exponent and x keep it far from
+every threshold and band, computed as written elsewhere: no exp (`QuotientRule`; tests:
+`tests/test_class_quotient.py`).
 
 `CLASS_READERS`: strict ops that pass a class requirement on as class requirements on
 their operands (``sign(x)``; ``a * sign(z)``), so that a pow read through them is still

@@ -9,6 +9,11 @@ calls a ``noinline`` scalar wrapper that names a vector variant in
 by lane only for a vector with a lane in a band (a subnormal x for ``pow(x, -1)``:
 rare), so the loop around it vectorizes; the remainder runs the scalar wrapper, which
 branches the same way per element.
+
+``quotient_call(builder, row, safe, a, x)`` is ``a / exp(x)`` read by class
+(`class_rules.QuotientRule`): ``copysign(1, a)`` where a is normal, |x| is within the row's
+limit and ``E(a) - x log2(e)`` lies in ``safe``, glibc's ``exp`` and an IEEE division
+elsewhere (every lane of a vector with a lane in doubt), in the same wrapper/variant form.
 """
 
 from __future__ import annotations
