@@ -14,6 +14,7 @@ from pytensor.scan.op import Scan
 import re
 
 from ptnumba_codegen.runtime import allocator
+from ptnumba_codegen.analysis.class_rules import FOLDED_EXP
 from ptnumba_codegen.analysis.classify import output_needs
 from ptnumba_codegen.as_written.op import is_as_written
 from ptnumba_codegen.backend.plans import plan_node
@@ -181,7 +182,8 @@ def explain_node(node) -> list[str]:
         if k in plan.body.robust:
             note = "  [decides " + ", ".join(sorted(describe(r) for r in plan.body.robust[k])) + " robustly]"
         if k in plan.body.by_class:
-            note += "  [its readers decide by its class: class_rules]"
+            folded = plan.body.by_class[k][0] == FOLDED_EXP
+            note += "  [folded into the class quotient reading it: class_rules]" if folded else "  [its readers decide by its class: class_rules]"
         if k in plan.body.lazy:
             note += f"  [only computed when {describe_formula(plan.body.lazy[k])}]"
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")

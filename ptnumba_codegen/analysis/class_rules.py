@@ -1,5 +1,5 @@
-"""Decisions that need only a value's class: which pows a cone may compute by class
-(pure Python, no numba).
+"""Decisions that need only a value's class: which pows (and quotients by an exp) a cone
+may compute by class (pure Python, no numba).
 
 A comparison with 0 or +-inf, ``isnan``, ``isinf`` (and a pow of such a value, below) do
 not need a value's bits, only its *class*: NaN, -inf, negative finite, -0, +0, positive
@@ -28,6 +28,12 @@ pow: ``max_ulp >= row.max_ulp`` for its natural class; `default` and `as_written
 `strict` none) -- its class, and so every decision and every zero/inf/NaN pattern derived
 from it, is libm's.
 
+`QUOTIENT_RULES`: ``a / exp(x)`` whose every reader, transitively, decides by class (the
+exp read by nothing else, the quotient's value going nowhere: `CLASS_ONLY` marks kernel
+outputs read so downstream) is ``copysign(1, a)`` where a's exponent and x keep it far from
+every threshold and band, computed as written elsewhere: no exp (`QuotientRule`; tests:
+`tests/test_class_quotient.py`).
+
 `CLASS_READERS`: strict ops that pass a class requirement on as class requirements on
 their operands (``sign(x)``; ``a * sign(z)``), so that a pow read through them is still
 read by class. Tests: `tests/test_class_rules.py`
@@ -42,6 +48,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 CLASS = "class"
+# a mark among a kernel's output requirements (never a requirement itself): every reader
+# of the output, in every kernel downstream, decides by its class alone
+# (`whole_graph.class_only_variables`), so its value may be any of that class
+CLASS_ONLY = ("class only",)
 INF = math.inf
 # float64: the smallest normal, the smallest subnormal
 TINY64 = 2.0**-1022
@@ -266,6 +276,100 @@ CLASS_READERS: dict[str, ClassReader] = {
 }
 
 
+# -- a quotient by an exp, computed by class ---------------------------------------------
+
+LOG2E = 1.4426950408889634  # log2(e), rounded to double
+
+
+@dataclass(frozen=True)
+class QuotientRule:
+    """``a / exp(x)`` in ``dtype``, computed by class where the exp feeds nothing else and
+    the quotient's value reaches only readers that decide by class (see `quotient_rule`).
+
+    Where ``a`` is normal, ``|x| <= x_limit`` and the magnitude estimate ``g = E - x
+    log2(e)`` (``E``: a's binary exponent, so ``log2|a / exp(x)|`` lies in ``[g, g + 1]``
+    up to rounding) lies in a safe interval (`safe_intervals`), the quotient is nonzero,
+    finite, of a's sign and outside every band its readers want bits in: the lowering gives
+    the *canonical* value ``copysign(1, a)`` of that class, no exp at all. Elsewhere (a
+    zero, subnormal, infinite or NaN; |x| large; g near a threshold or a band) it computes
+    ``a / exp(x)`` as written: glibc's exp, an IEEE division -- the reference's bits."""
+
+    divisor: str  # the op name of the divisor's producer
+    dtype: str
+    x_limit: float  # |x| <= x_limit: glibc's exp(x) is normal and finite
+    margin: float  # log2 distance kept from every threshold and band
+    max_ulp: int  # budget the policy must allow the exp (its class's max_ulp; see `why`)
+    why: str
+
+    def safe_intervals(self, bands: Bands) -> Bands | None:
+        """Open intervals of ``g`` where the canonical value stands for the quotient, or
+        None where the canonical value itself (|q| = 1) lies near a band (the rule then
+        does not apply). A division of a normal a by a normal exp(x) is nonzero finite for
+        log2|q| in (-1074, 1024); around that, and around each band ``[lo, hi]`` of |q|,
+        ``margin`` is kept (its error is below 1e-12: x log2(e) rounded, exp within an
+        ulp, the division rounded)."""
+        m = self.margin
+        doubt = [(-INF, -1074.0 + m), (1024.0 - m, INF)]
+        for lo, hi in bands:
+            a = -INF if lo == 0.0 else math.log2(lo) - m
+            b = INF if hi == INF else math.log2(hi) + m
+            if a <= 0.0 <= b:  # the canonical |q| = 1 would fall in a band
+                return None
+            doubt.append((a, b))
+        # [g, g + 1] meets a doubt interval (a, b) iff g in (a - 1, b)
+        blocked = merge_bands((a - 1.0, b) for a, b in doubt)
+        safe, at = [], -INF
+        for a, b in blocked:
+            if a > at:
+                safe.append((at, a))
+            at = max(at, b)
+        if at < INF:
+            safe.append((at, INF))
+        return tuple(safe)
+
+
+QUOTIENT_RULES: dict[tuple[str, str], QuotientRule] = {
+    ("Exp", "float64"): QuotientRule(
+        divisor="Exp",
+        dtype="float64",
+        x_limit=700.0,
+        margin=2.0,
+        max_ulp=1,
+        why=(
+            "for |x| <= 700 glibc's exp(x) lies in [2^-1010.1, 2^1009.9]: normal and finite "
+            "(its overflow to +inf starts above 709.78, its underflow to +0 below -745.13), "
+            "within an ulp of e^x; for a normal a (|a| in [2^E, 2^(E+1))) the exact quotient "
+            "has log2|a / e^x| in [E - x log2(e), E + 1 - x log2(e)), and the IEEE quotient "
+            "of the two doubles is within 2^-52 relative of it where normal: a nonzero finite "
+            "double of a's sign wherever that interval keeps 2 (in log2) from -1074 (rounding "
+            "to 0 at 2^-1075) and 1024 (overflow): its class is a's, whatever its bits. Where "
+            "the interval also keeps 2 from every band of |q| a reader wants bits in, no "
+            "reader asks for the bits: copysign(1, a) stands for it (its class; |1| lies in "
+            "no band, and the class rows and readers map it to +-1 again). Everywhere else "
+            "(a zero, subnormal, infinite or NaN, |x| > 700 or NaN, the estimate near a "
+            "threshold or a band) the quotient is computed as written: glibc's exp and an "
+            "IEEE division, the reference's bits. The canonical value is no approximation of "
+            "the quotient: the rule applies only where the exp feeds only this division and "
+            "every reader of the quotient, transitively, decides by class (comparisons with "
+            "0 or +-inf, isnan, isinf, sign, the class rows and readers), never where a value "
+            "leaves the kernel; a policy that keeps exp within no ulp (strict) keeps it as "
+            "written"
+        ),
+    ),
+}
+
+# the row of the exp folded into a `QuotientRule` division: its value is x, read only there
+FOLDED_EXP = "folded exp"
+
+
+def quotient_rule(divisor_op: str | None, dtypes: tuple) -> QuotientRule | None:
+    """The row for ``a / d`` with ``d`` produced by ``divisor_op`` (None: an input or
+    constant), ``dtypes``: (a, d, x, quotient) -- one float type throughout -- or None."""
+    if divisor_op is None or len(set(dtypes)) != 1:
+        return None
+    return QUOTIENT_RULES.get((divisor_op, str(dtypes[0])))
+
+
 def class_reader_needs(op_name: str, producers: tuple, bands: Bands) -> list | None:
     """Requirements per operand of a strict ``op_name`` whose output is wanted by class
     (exact bits where |output| lies in ``bands``), or None (`CLASS_READERS`)."""
@@ -303,8 +407,13 @@ def describe_bands(bands: Bands) -> str:
 
 __all__ = [
     "CLASS",
+    "CLASS_ONLY",
     "CLASS_READERS",
     "CLASS_RULES",
+    "FOLDED_EXP",
+    "LOG2E",
+    "QUOTIENT_RULES",
+    "QuotientRule",
     "REPRESENTATIVES",
     "class_reader_needs",
     "ClassRule",
@@ -315,4 +424,5 @@ __all__ = [
     "exact_bands",
     "is_class_req",
     "merge_bands",
+    "quotient_rule",
 ]

@@ -42,11 +42,15 @@ from ptnumba_codegen.analysis.robust import (
 )
 from ptnumba_codegen.analysis.ranges import program_ranges, settle_all
 from ptnumba_codegen.analysis.class_rules import (
+    CLASS_ONLY,
+    FOLDED_EXP,
+    ClassRule,
     class_reader_needs,
     class_req,
     class_rule,
     decided_by_class,
     exact_bands,
+    quotient_rule,
 )
 
 ALL = None  # marker: every input is a decision input
@@ -212,6 +216,8 @@ class Analysis:
     robust: Mapping[int, frozenset]  # instruction -> predicates decided robustly on its output
     # instruction -> (class rule, |x| bands where it calls libm): computed by class (`class_rules`)
     by_class: Mapping[int, tuple] = field(default_factory=dict)
+    # input positions whose value reaches nothing but readers deciding by its class
+    class_only_inputs: frozenset = frozenset()
 
 
 def analyze(
@@ -238,8 +244,11 @@ def analyze(
     """
     facts = program_ranges(program, input_facts)
     needs: dict[int, set] = {}
-    for pos, reqs in output_needs(sensitive_outputs).items():
-        needs.setdefault(program.outputs[pos], set()).update(reqs)
+    out_needs = output_needs(sensitive_outputs)
+    for pos, reqs in out_needs.items():
+        needs.setdefault(program.outputs[pos], set()).update(r for r in reqs if r != CLASS_ONLY)
+    # outputs whose value (not only its class) may reach something downstream
+    leaky = frozenset(v for p, v in enumerate(program.outputs) if CLASS_ONLY not in out_needs.get(p, ()))
     decisions, class_decisions = set(), set()
     for k, instr in enumerate(program.instrs):
         if is_decision(instr, program.dtypes):
@@ -251,11 +260,17 @@ def analyze(
                 needs.setdefault(v, set()).add(req)
     strict, robust, classed = set(decisions), {}, {}
     constants = dict(program.constants)
+    # instructions whose outputs leak no value but a class (`_class_only`)
+    class_readers = {k for k in decisions if _produces_a_decision(program.instrs[k])} | class_decisions
     for k in reversed(range(len(program.instrs))):
         instr = program.instrs[k]
         wanted = set().union(*(needs.get(o, ()) for o in instr.outputs))
         if len(instr.outputs) == 1:
             wanted = settle_all(wanted, facts.ranges.get(instr.outputs[0]))
+        if k in classed:  # an exp folded into a quotient computed by class: x exact
+            strict.add(k)
+            needs.setdefault(instr.inputs[0], set()).add(EXACT)
+            continue
         if not wanted or (k in decisions and _produces_a_decision(instr)) or k in class_decisions:
             continue
         per_input = None
@@ -272,8 +287,13 @@ def analyze(
         if per_input is None and k not in decisions and by_class is not None:
             per_input = _class_needs(program, instr, k, wanted, constants, by_class, classed)
             if per_input is None:
+                per_input = _quotient_needs(program, instr, k, wanted, by_class, classed, class_readers, leaky)
+            if per_input is None:
                 per_input = _class_reader_needs(program, instr, wanted)
                 passes_class = per_input is not None
+            reads_classes = passes_class or (k in classed and isinstance(classed[k][0], ClassRule))
+            if reads_classes and _class_only(program, instr.outputs, class_readers, leaky):
+                class_readers.add(k)  # a class row or reader: its operands read by class
         if k in classed or passes_class:
             strict.add(k)
         elif per_input is None:
@@ -293,7 +313,14 @@ def analyze(
     classes = tuple(
         COMPARISON_SENSITIVE if k in strict else natural_class(program, k, chains) for k in range(len(program.instrs))
     )
-    return Analysis(classes, {v: frozenset(r) for v, r in needs.items()}, robust, classed)
+    class_only_inputs = frozenset(
+        p
+        for p, v in enumerate(program.inputs)
+        if by_class is not None
+        and all(decided_by_class(r) for r in needs.get(v, ()))
+        and _class_only(program, (v,), class_readers, leaky)
+    )
+    return Analysis(classes, {v: frozenset(r) for v, r in needs.items()}, robust, classed, class_only_inputs)
 
 
 def _class_needs(program: Program, instr: Instr, k: int, wanted: set, constants, by_class, classed) -> list[set] | None:
@@ -308,6 +335,44 @@ def _class_needs(program: Program, instr: Instr, k: int, wanted: set, constants,
     bands = row.input_bands(exact_bands(wanted))
     classed[k] = (row, bands)
     return [{class_req(bands)}, set()]
+
+
+def _class_only(program: Program, values, class_readers: set, leaky: frozenset) -> bool:
+    """Whether nothing of ``values`` but their class reaches anything: none is an output
+    whose value may be read downstream (``leaky``: outputs without the `CLASS_ONLY` mark),
+    and every reader is in ``class_readers`` (a decision whose output is the decision,
+    sign, a class row or reader whose own outputs are class only)."""
+    consumers = program.consumers()
+    return all(v not in leaky and all(c in class_readers for c in consumers.get(v, ())) for v in values)
+
+
+def _quotient_needs(program: Program, instr: Instr, k: int, wanted: set, by_class, classed, class_readers, leaky):
+    """``a / exp(x)`` computed by class (`class_rules.QuotientRule`), recording it and the
+    exp folded into it in ``classed``: a and x exact, nothing of the exp; or None (some
+    predicate needs more than the class, no row, the exp feeds something else, the
+    quotient's value reaches a reader that does not decide by class, or the policy keeps
+    the value as written)."""
+    if instr.op_name != "TrueDiv" or len(instr.inputs) != 2 or len(instr.outputs) != 1:
+        return None
+    if not all(decided_by_class(r) for r in wanted) or not _class_only(program, instr.outputs, class_readers, leaky):
+        return None
+    a, d = instr.inputs
+    j = program.producers().get(d)
+    if j is None or d == a or d in program.outputs or program.consumers().get(d, ()) != [k]:
+        return None
+    inner = program.instrs[j]
+    if len(inner.inputs) != 1 or len(inner.outputs) != 1:
+        return None
+    x = inner.inputs[0]
+    row = quotient_rule(inner.op_name, tuple(program.dtypes[v] for v in (a, d, x, instr.outputs[0])))
+    if row is None or not by_class(j, row):  # the exp's budget: its value is what goes
+        return None
+    safe = row.safe_intervals(exact_bands(wanted))
+    if safe is None:
+        return None
+    classed[k] = (row, safe)
+    classed[j] = (FOLDED_EXP, ())
+    return [{EXACT}, set()]
 
 
 def _floats(program: Program, instr: Instr) -> bool:

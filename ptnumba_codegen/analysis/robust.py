@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 
-from ptnumba_codegen.analysis.class_rules import describe_bands, is_class_req
+from ptnumba_codegen.analysis.class_rules import CLASS_ONLY, describe_bands, is_class_req
 
 EXACT = "exact"
 NAN = ("nan",)
@@ -304,6 +304,8 @@ def describe(req) -> str:
         return "NaN pattern"
     if is_class_req(req):
         return "class" + (f" (bits where |x| in {describe_bands(req[1])})" if req[1] else "")
+    if req == CLASS_ONLY:
+        return "read by class only"
     return f"{_SYMBOLS[req[1]]} {req[2]:g}"
 
 

@@ -31,7 +31,8 @@ from pytensor.tensor.rewriting.scalarize import (
 )
 from pytensor.scalar.basic import Maximum, Minimum
 
-from ptnumba_codegen.analysis.classify import EXACT, relaxable_under, sensitive_inputs
+from ptnumba_codegen.analysis.class_rules import CLASS_ONLY, decided_by_class
+from ptnumba_codegen.analysis.classify import EXACT, analyze, by_class_under, relaxable_under, sensitive_inputs
 from ptnumba_codegen.analysis.graph_ranges import GraphFacts, graph_facts
 from ptnumba_codegen.analysis.kernel_programs import inner_careduce, kernel_program
 from ptnumba_codegen.analysis.ranges import reduction_needs
@@ -153,3 +154,52 @@ def sensitive_variables(fgraph: FunctionGraph, policy=None, facts: GraphFacts | 
                 if _is_float(i):
                     add(i, {EXACT})
     return {v: frozenset(r) for v, r in needs.items() if r}
+
+
+def class_only_variables(fgraph: FunctionGraph, sensitive: dict, policy, facts: GraphFacts) -> frozenset:
+    """The variables of ``fgraph`` of which nothing but their class reaches anything: not
+    an output of the function, and every client a kernel whose program reads it only by
+    class (`classify.Analysis.class_only_inputs`: comparisons with 0 or +-inf, isnan, isinf,
+    sign, the class rows and readers of `class_rules`, transitively, through outputs that
+    are themselves class only) or a transparent op (`TRANSPARENT_OPS`) whose outputs are.
+    ``sensitive``: `sensitive_variables`. A kernel's output marked class only
+    (`with_class_only`) may be computed as any value of its class."""
+    if policy is None:
+        return frozenset()
+    outputs = set(fgraph.outputs)
+    # only a variable whose decisions all read its class can use the mark: the others'
+    # readers are not analyzed again (their inputs count as read by value)
+    candidates = {v for v, reqs in sensitive.items() if reqs and all(decided_by_class(r) for r in reqs)}
+    leaks: set = set()  # variables some client may read more of than the class
+    done: set = set()
+    for node in reversed(fgraph.toposort()):
+        class_only = {o for o in node.outputs if o not in leaks and o not in outputs and fgraph.clients.get(o)}
+        done.update(class_only)
+        read_by_class: set[int] = set()
+        prog = kernel_program(node) if any(i in candidates for i in node.inputs) else None
+        if prog is not None:
+            program, n_read = prog
+            needs = with_class_only(node, program_sensitive_outputs(node, sensitive, facts), frozenset(done))
+            found = analyze(
+                program, needs, relaxable_under(program, policy), facts.input_facts(node), by_class_under(program, policy)
+            )
+            read_by_class = {p for p in found.class_only_inputs if p < n_read}
+        elif isinstance(node.op, TRANSPARENT_OPS) and node.outputs and all(o in class_only for o in node.outputs):
+            read_by_class = set(range(len(node.inputs)))
+        for p, i in enumerate(node.inputs):
+            if p not in read_by_class:
+                leaks.add(i)
+    return frozenset(done)
+
+
+def with_class_only(node, needs: frozenset, class_only: frozenset) -> frozenset:
+    """``needs`` (`program_sensitive_outputs`) with the `CLASS_ONLY` mark on each output
+    of ``node`` in ``class_only`` that a decision reads (not a reduced one)."""
+    reduced = getattr(node.op, "reduced_outputs", ()) or ()
+    read = {p for p, _ in needs}
+    marks = {
+        (p, CLASS_ONLY)
+        for p, o in enumerate(node.outputs)
+        if o in class_only and p in read and (p >= len(reduced) or reduced[p] is None)
+    }
+    return frozenset(needs) | marks

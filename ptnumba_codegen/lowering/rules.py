@@ -59,8 +59,8 @@ from ptnumba_codegen.lowering.formulas import (
     _uint_sign,
 )
 from ptnumba_codegen.as_written.libm_operands import PowAsWritten
-from ptnumba_codegen.analysis.class_rules import describe_bands
-from ptnumba_codegen.lowering.vecmath.class_calls import class_call
+from ptnumba_codegen.analysis.class_rules import FOLDED_EXP, QuotientRule, describe_bands
+from ptnumba_codegen.lowering.vecmath.class_calls import class_call, quotient_call
 from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
 from ptnumba_codegen.lowering.vecmath.isa import mark_pure
 from ptnumba_codegen.lowering.vecmath.lane_calls import LIBM, lane_call, lane_dtype, stock_formula
@@ -602,6 +602,10 @@ def plan_by_class(row, bands, in_dtypes, out_dtypes) -> Emitter:
     a float base of the row's dtype, the constant exponent cast to it (exact: every row's
     exponent, -1, -0.5, -2, is exact in every float type) and moved to libm through `_opaque` as `libm_operands`
     moves it."""
+    if row == FOLDED_EXP:
+        return _plan_folded_exp(in_dtypes, out_dtypes)
+    if isinstance(row, QuotientRule):
+        return _plan_quotient_by_class(row, bands, in_dtypes, out_dtypes)
     t = Typed(tuple(map(numba_type, in_dtypes)), tuple(map(numba_type, out_dtypes)))
     fty = numba_type(row.dtype)
     if t.inputs[0] != fty or t.outputs[0] != fty or not isinstance(t.inputs[1], types.Float):
@@ -612,4 +616,26 @@ def plan_by_class(row, bands, in_dtypes, out_dtypes) -> Emitter:
         return [class_call(builder, row, bands, args[0], _opaque(builder, y))]
 
     label = f"class pow ({row.formula}; libm pow where |x| in {describe_bands(bands)})"
+    return Emitter(emit, label=label, pays_alone=True)
+
+
+def _plan_folded_exp(in_dtypes, out_dtypes) -> Emitter:
+    """An exp folded into the quotient computed by class that reads it
+    (`analysis.class_rules.QuotientRule`): it passes x on, the quotient calls exp itself."""
+    if list(in_dtypes) != list(out_dtypes):
+        raise Unsupported(f"folded exp of {in_dtypes} -> {out_dtypes}")
+    return Emitter(lambda context, builder, args, flags: [args[0]])
+
+
+def _plan_quotient_by_class(row, safe, in_dtypes, out_dtypes) -> Emitter:
+    """``a / exp(x)`` computed by class (`analysis.class_rules.QuotientRule`,
+    `vecmath.class_calls.quotient_call`); its divisor operand is the folded exp's x."""
+    if {*in_dtypes, *out_dtypes} != {row.dtype}:
+        raise Unsupported(f"class quotient of {in_dtypes} -> {out_dtypes}")
+
+    def emit(context, builder, args, flags):
+        return [quotient_call(builder, row, safe, args[0], args[1])]
+
+    where = " or ".join(f"({lo:g}, {hi:g})" for lo, hi in safe) or "nowhere"
+    label = f"class quotient (a / exp(x): copysign(1, a) where E(a) - x log2(e) in {where}; as written elsewhere)"
     return Emitter(emit, label=label, pays_alone=True)

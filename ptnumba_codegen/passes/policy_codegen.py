@@ -20,7 +20,12 @@ from pytensor.graph.rewriting.basic import GraphRewriter
 from ptnumba_codegen.runtime import allocator, boxing
 from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.passes.constant_writes import fold_constant_writes
-from ptnumba_codegen.analysis.whole_graph import program_sensitive_outputs, sensitive_variables
+from ptnumba_codegen.analysis.whole_graph import (
+    class_only_variables,
+    program_sensitive_outputs,
+    sensitive_variables,
+    with_class_only,
+)
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
 from ptnumba_codegen.backend.plans import planner_for
 from ptnumba_codegen.backend.scalar_scan import scan_problem
@@ -86,6 +91,7 @@ class PolicyCodegen(GraphRewriter):
         try:
             facts = graph_facts(fgraph)
             sensitive = sensitive_variables(fgraph, policy, facts)
+            class_only = class_only_variables(fgraph, sensitive, policy, facts)
         except Exception as err:  # noqa: BLE001  every kernel strict instead of stock fast-math
             graph_error = pass_errors.record(fgraph, "graph analysis", err)
             facts = sensitive = None
@@ -103,7 +109,7 @@ class PolicyCodegen(GraphRewriter):
                 needs, known, error = all_outputs_exact(node), (), graph_error
             else:
                 try:
-                    needs = program_sensitive_outputs(node, sensitive, facts)
+                    needs = with_class_only(node, program_sensitive_outputs(node, sensitive, facts), class_only)
                     known = facts.input_facts(node)
                 except Exception as err:  # noqa: BLE001  this kernel strict
                     needs, known = all_outputs_exact(node), ()
