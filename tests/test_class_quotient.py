@@ -26,6 +26,7 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, final_ir
+from test_class_rules import drive_binary
 from ptnumba_codegen.analysis.class_rules import (
     CLASS_RULES,
     DENORM_MIN64,
@@ -272,37 +273,15 @@ def lowered(safe, a, x, vector):
     from llvmlite import ir
 
     from ptnumba_codegen.lowering.vecmath.class_calls import quotient_call
-    from ptnumba_codegen.lowering.vecmath.exact_lanes import _drive
     from ptnumba_codegen.lowering.vecmath.isa import lane_count, target_isa
 
-    f64, i64 = ir.DoubleType(), ir.IntType(64)
+    f64 = ir.DoubleType()
     module = ir.Module(name="class_quotient_check")
     one = ir.Function(module, ir.FunctionType(f64, [f64, f64]), "one")
     b = ir.IRBuilder(one.append_basic_block("entry"))
     b.ret(quotient_call(b, ROW, safe, *one.args))
-    lanes = lane_count(target_isa(), "float64") if vector else 1
-    fn = next(g for g in module.globals.values() if g.name.startswith(f"ptnumba_quotient{lanes}_")) if vector else one
-    ty = fn.function_type.return_type
-    drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [f64.as_pointer()] * 3 + [i64]), "drive")
-    entry, loop, done = (drive.append_basic_block(n) for n in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(i64)
-    i.add_incoming(i64(0), entry)
-
-    def at(p):
-        return b.bitcast(b.gep(p, [b.mul(i, i64(lanes))]), ty.as_pointer())
-
-    b.store(b.call(fn, [b.load(at(drive.args[0]), align=8), b.load(at(drive.args[1]), align=8)]), at(drive.args[2]), align=8)
-    nxt = b.add(i, i64(1))
-    i.add_incoming(nxt, loop)
-    b.cbranch(b.icmp_unsigned("<", nxt, drive.args[3]), loop, done)
-    b.position_at_end(done)
-    b.ret_void()
-    n = len(a) // lanes * lanes
-    cols = np.ascontiguousarray(np.stack([a[:n], x[:n]]))
-    return _drive(module, cols, n // lanes, opt=2), a[:n], x[:n], lanes
+    out, n = drive_binary(module, one, "ptnumba_quotient", "float64", a, x, vector)
+    return out, a[:n], x[:n], lane_count(target_isa(), "float64") if vector else 1
 
 
 @pytest.mark.parametrize("vector", [False, True], ids=["scalar", "vector"])

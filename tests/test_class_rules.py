@@ -565,43 +565,56 @@ def _lanes(row):
     return lane_count(target_isa(), row.dtype)
 
 
+def drive_binary(module, one, prefix, dtype, a, b, vector):
+    """Run the binary IR function ``one`` of ``module`` on columns (a, b): element by
+    element, or, with ``vector``, the vector variant whose name starts with ``prefix`` a
+    whole vector at a time (the tail that does not fill one left out). Returns the results
+    and how many elements ran."""
+    from llvmlite import ir
+
+    from ptnumba_codegen.lowering.vecmath.exact_lanes import _drive
+    from ptnumba_codegen.lowering.vecmath.isa import lane_count, target_isa
+
+    f64, i64 = ir.DoubleType(), ir.IntType(64)
+    lanes = lane_count(target_isa(), dtype) if vector else 1
+    fn = next(g for g in module.globals.values() if g.name.startswith(f"{prefix}{lanes}_")) if vector else one
+    ty = fn.function_type.return_type
+    drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [f64.as_pointer()] * 3 + [i64]), "drive")
+    entry, loop, done = (drive.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b_ = ir.IRBuilder(entry)
+    b_.branch(loop)
+    b_.position_at_end(loop)
+    i = b_.phi(i64)
+    i.add_incoming(i64(0), entry)
+
+    def at(p):
+        return b_.bitcast(b_.gep(p, [b_.mul(i, i64(lanes))]), ty.as_pointer())
+
+    b_.store(b_.call(fn, [b_.load(at(drive.args[0]), align=8), b_.load(at(drive.args[1]), align=8)]), at(drive.args[2]), align=8)
+    nxt = b_.add(i, i64(1))
+    i.add_incoming(nxt, loop)
+    b_.cbranch(b_.icmp_unsigned("<", nxt, drive.args[3]), loop, done)
+    b_.position_at_end(done)
+    b_.ret_void()
+    n = len(a) // lanes * lanes
+    cols = np.ascontiguousarray(np.stack([a[:n], b[:n]]))
+    return _drive(module, cols, n // lanes, opt=2), n
+
+
 def lowered(row, bands, xs, vector):
     """`class_calls.class_call` on ``xs``: its scalar wrapper element by element, or its vector
     variant a whole vector at a time (the tail that does not fill one left out)."""
     from llvmlite import ir
 
     from ptnumba_codegen.lowering.vecmath.class_calls import class_call
-    from ptnumba_codegen.lowering.vecmath.exact_lanes import _drive
-    from ptnumba_codegen.lowering.vecmath.isa import lane_count, target_isa
 
-    f64, i64 = ir.DoubleType(), ir.IntType(64)
+    f64 = ir.DoubleType()
     module = ir.Module(name="class_pow_check")
     one = ir.Function(module, ir.FunctionType(f64, [f64, f64]), "one")
     b = ir.IRBuilder(one.append_basic_block("entry"))
     b.ret(class_call(b, row, bands, *one.args))
-    lanes = lane_count(target_isa(), row.dtype) if vector else 1
-    fn = next(g for g in module.globals.values() if g.name.startswith(f"ptnumba_class{lanes}_")) if vector else one
-    ty = fn.function_type.return_type
-    drive = ir.Function(module, ir.FunctionType(ir.VoidType(), [f64.as_pointer()] * 3 + [i64]), "drive")
-    entry, loop, done = (drive.append_basic_block(n) for n in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(i64)
-    i.add_incoming(i64(0), entry)
-
-    def at(p):
-        return b.bitcast(b.gep(p, [b.mul(i, i64(lanes))]), ty.as_pointer())
-
-    b.store(b.call(fn, [b.load(at(drive.args[0]), align=8), b.load(at(drive.args[1]), align=8)]), at(drive.args[2]), align=8)
-    nxt = b.add(i, i64(1))
-    i.add_incoming(nxt, loop)
-    b.cbranch(b.icmp_unsigned("<", nxt, drive.args[3]), loop, done)
-    b.position_at_end(done)
-    b.ret_void()
-    n = len(xs) // lanes * lanes
-    cols = np.ascontiguousarray(np.stack([xs[:n], np.full(n, row.exponent)]))
-    return _drive(module, cols, n // lanes, opt=2), xs[:n]
+    out, n = drive_binary(module, one, "ptnumba_class", row.dtype, xs, np.full(len(xs), row.exponent), vector)
+    return out, xs[:n]
 
 
 @pytest.mark.parametrize("vector", [False, True], ids=["scalar", "vector"])
