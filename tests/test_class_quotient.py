@@ -26,7 +26,7 @@ import pytensor.tensor as pt
 import pytest
 
 from conftest import compile_fn, final_ir
-from test_class_rules import drive_binary
+from test_class_rules import drive_binary, klass
 from ptnumba_codegen.analysis.class_rules import (
     CLASS_RULES,
     DENORM_MIN64,
@@ -44,18 +44,6 @@ EXP_OVERFLOW = 709.782712893384
 EXP_UNDERFLOW = -745.1332191019411
 # the bands the Gamma check's two pows ask of the quotient (`test_class_rules`)
 GAMMA_BANDS = ((DENORM_MIN64, TINY64), (2.0**1021, INF))
-
-
-def klass(v):
-    """IEEE class per element: NaN, -inf, negative, -0, +0, positive, +inf."""
-    v = np.asarray(v, dtype=np.float64)
-    out = np.zeros(v.shape, np.int8)
-    for code, mask in enumerate(
-        [v == -np.inf, (v < 0) & np.isfinite(v), (v == 0) & np.signbit(v), (v == 0) & ~np.signbit(v),
-         (v > 0) & np.isfinite(v), v == np.inf], start=1
-    ):  # fmt: skip
-        out[mask] = code
-    return out
 
 
 def around(x, k):
