@@ -282,13 +282,13 @@ FORCE_VECTORIZE_WHEN: tuple[tuple[str, Callable[[HintFacts], bool]], ...] = (
     # An array written in place typed 'A' (a diagonal or transposed view, a sliced
     # intermediate: the branch of `kernel.KernelImpl.contiguous_or_not` for one that is
     # not C-contiguous at run time) is addressed by a stride in bytes read from the array:
-    # LLVM cannot tell its load and store apart across iterations ("cannot identify array
-    # bounds") nor version the loop on that stride, so the loop stays scalar whatever the
-    # hint says, and the unmet hint was printed (issue 20; after loop strength reduction
-    # the second pass reports "value that could not be identified as reduction is used
-    # outside the loop" for the run-time-step pointer). An 'F' array's stride is its
-    # shape's, which LLVM versions the loop on; arrays only read are copied contiguous
-    # first when the body calls vector functions (`kernel.KernelImpl.read_inputs`).
+    # its load and store have no constant stride, LLVM does not vectorize the loop
+    # whatever the hint says, and the unmet hint was printed (issue 20; after loop
+    # strength reduction, numba's second optimization of the module also reports "value that
+    # could not be identified as reduction is used outside the loop": the pointer stepped
+    # by that stride is no induction it knows). 'F' arrays written in place (a solve's
+    # result) printed nothing; arrays only read are copied contiguous first when the body
+    # calls vector functions (`kernel.KernelImpl.read_inputs`).
     ("no array written in place is typed 'A'", lambda f: "A" not in f.written_layouts),
     # A call LLVM has no vector form of keeps the loop scalar ("call instruction cannot be
     # vectorized"): a libm function numba calls by name (lgamma in a strict cone, where
