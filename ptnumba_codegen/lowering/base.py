@@ -31,6 +31,7 @@ class Emitter:
     scalar_form: Emitter | None = None  # scalar libm, for loops that cannot vectorize
     stock_key: tuple | None = None  # (cache key, fastmath) of the stock function it calls
     inner_stock_keys: tuple = ()  # stock functions called by an inner body (ScalarLoop)
+    opaque_call: bool = False  # it calls a function LLVM's loop vectorizer cannot widen (libm's lgamma, by name)
 
     def __call__(self, context, builder, args, flags) -> list:
         return self.emit(context, builder, args, flags)

@@ -35,6 +35,12 @@ class PlannedBody:
         return any(e.label for e in self.emitters)
 
     @property
+    def calls_opaque(self) -> bool:
+        """A call inside keeps its loop scalar: a function LLVM's loop vectorizer cannot
+        widen (`Emitter.opaque_call`) or a stock function."""
+        return any(e.opaque_call or e.calls_stock for e in self.emitters)
+
+    @property
     def stock_keys(self) -> tuple:
         """Cache keys of the stock functions this body calls (``None`` inside: uncacheable)."""
         keys = []

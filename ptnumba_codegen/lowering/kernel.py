@@ -188,6 +188,7 @@ def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = F
             body_types,
             run_nest=run_nest,
             vector_calls=planned.uses_vector_math,
+            opaque_calls=planned.calls_opaque,
         )
 
     @intrinsic

@@ -246,29 +246,55 @@ def may_reorder(red: Reduce) -> bool:
     return not reducer.extremum
 
 
+@dataclass(frozen=True)
+class HintFacts:
+    """What `FORCE_VECTORIZE_WHEN` reads about one loop nest."""
+
+    spec: LoopSpec
+    vector_calls: bool = False  # the body calls vector functions
+    written_layouts: tuple[str, ...] = ()  # the numba layout ('C', 'F', 'A') of each array written in place
+    opaque_calls: bool = False  # the body calls a function the vectorizer cannot widen (`PlannedBody.calls_opaque`)
+
+
 # When the innermost loop of a nest carries LLVM's `llvm.loop.vectorize.enable` hint,
-# overriding the vectorizer's cost model. Every row must hold; each with its reason.
-FORCE_VECTORIZE_WHEN: tuple[tuple[str, Callable[[LoopSpec, bool], bool]], ...] = (
+# overriding the vectorizer's cost model. Every row must hold; each with its reason. The
+# hint goes only where LLVM can honour it: one it cannot is printed on the process's
+# stderr ("warning: ... loop not vectorized: the optimizer was unable to perform the
+# requested transformation", with the reason as a "remark"), which a user must never see.
+FORCE_VECTORIZE_WHEN: tuple[tuple[str, Callable[[HintFacts], bool]], ...] = (
     # A body with vector calls (libmvec, exact lanes) computes each element through a
     # scalar wrapper of the vector function (so an element's bits do not depend on its
     # position): left scalar, every element costs a whole vector call. The cost model
     # sees a short inner axis (12 columns of a Cox model's (3770, 12) log-likelihood) and
     # says "not beneficial": 2.2x stock's time for that kernel (docs/benchmarks.md).
-    ("the body calls vector functions", lambda spec, vector_calls: vector_calls),
+    ("the body calls vector functions", lambda f: f.vector_calls),
     # A row of a few elements, fixed by the types (a mixture's (n, 3), a zero-inflated
     # model's (n, 2)): LLVM unrolls it whole and vectorizes the loop around it; the hint
     # on the short loop keeps that from happening ((n, 2): 2.5x slower with it).
-    (
-        "the innermost axis is not short by its type",
-        lambda spec, vector_calls: not _short_innermost(spec),
-    ),
+    ("the innermost axis is not short by its type", lambda f: not _short_innermost(f.spec)),
     # A forced hint lets LLVM reorder every reduction of the loop, strict ones included
     # (LoopVectorizationLegality::canVectorizeFPMath allows reordering under it): only
     # when each reduction may run in any order (`may_reorder`).
     (
         "every reduction may be reordered",
-        lambda spec, vector_calls: all(may_reorder(r) for r in spec.reduces or () if r is not None),
+        lambda f: all(may_reorder(r) for r in f.spec.reduces or () if r is not None),
     ),
+    # An array written in place typed 'A' (a diagonal or transposed view, a sliced
+    # intermediate: the branch of `kernel.KernelImpl.contiguous_or_not` for one that is
+    # not C-contiguous at run time) is addressed by a stride in bytes read from the array:
+    # its load and store have no constant stride, LLVM does not vectorize the loop
+    # whatever the hint says, and the unmet hint was printed (issue 20; after loop
+    # strength reduction, numba's second optimization of the module also reports "value that
+    # could not be identified as reduction is used outside the loop": the pointer stepped
+    # by that stride is no induction it knows). 'F' arrays written in place (a solve's
+    # result) printed nothing; arrays only read are copied contiguous first when the body
+    # calls vector functions (`kernel.KernelImpl.read_inputs`).
+    ("no array written in place is typed 'A'", lambda f: "A" not in f.written_layouts),
+    # A call LLVM has no vector form of keeps the loop scalar ("call instruction cannot be
+    # vectorized"): a libm function numba calls by name (lgamma in a strict cone, where
+    # it has no lane form, beside lane calls of log: a gammainc gradient's body;
+    # `libmvec.CALLED_BY_NAME`), a stock function. The unmet hint was printed (issue 20).
+    ("the body calls nothing the vectorizer cannot widen", lambda f: not f.opaque_calls),
 )
 
 
@@ -280,8 +306,8 @@ def _short_innermost(spec: LoopSpec) -> bool:
     return length is not None and length < SHORT_ROW
 
 
-def force_vectorize(spec: LoopSpec, vector_calls: bool) -> bool:
-    return all(rule(spec, vector_calls) for _why, rule in FORCE_VECTORIZE_WHEN)
+def force_vectorize(facts: HintFacts) -> bool:
+    return all(rule(facts) for _why, rule in FORCE_VECTORIZE_WHEN)
 
 
 def with_zero_keys(spec: LoopSpec) -> tuple[LoopSpec, dict[int, int]]:
@@ -404,9 +430,11 @@ def emit_loop(
     body_output_types,
     run_nest: Callable | None = None,
     vector_calls: bool = False,
+    opaque_calls: bool = False,
 ):
     """Emit the whole kernel. ``body(builder, scalars) -> scalars`` emits one element;
-    ``vector_calls``: it calls vector functions (see `FORCE_VECTORIZE_WHEN`).
+    ``vector_calls``: it calls vector functions; ``opaque_calls``: it calls a function
+    the vectorizer cannot widen (both read by `FORCE_VECTORIZE_WHEN`).
 
     ``run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)`` emits
     the code running the loop nest (``chunks.emit_chunked``: in a chunk function, maybe
@@ -428,9 +456,9 @@ def emit_loop(
     if not spec.inplace:
         builder.function.args[0].add_attribute("noalias")
 
-    nest = LoopNest(
-        context, spec, input_types, output_types, body, body_output_types, keys, force_vectorize(spec, vector_calls)
-    )
+    written = tuple(input_types[inp].layout for _out, inp in spec.inplace)
+    vectorize = force_vectorize(HintFacts(spec, vector_calls, written, opaque_calls))
+    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types, keys, vectorize)
     if run_nest is not None:
         run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)
     else:
@@ -722,4 +750,4 @@ def _fill(context, builder, array, array_type, shape, value):
         builder.store(ident, builder.gep(array.data, [loop.index]))
 
 
-__all__ = ["LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "flat_spec", "chunk_axis"]
+__all__ = ["HintFacts", "LoopNest", "LoopSpec", "Reduce", "blockable", "combine", "emit_loop", "flat_spec", "chunk_axis"]

@@ -279,6 +279,12 @@ def emit_vector(context, builder, name, dtype, args):
     return res
 
 
+# The libm functions of `vector_form`'s ``needs`` that numba calls by name (its mathimpl's
+# ``unary_math_extern``; exp, log and pow are LLVM intrinsics): LLVM's loop vectorizer has
+# no vector form of them, so a scalar rule calling one keeps its loop scalar.
+CALLED_BY_NAME = frozenset({"lgamma", "erf", "erfc", "log1p", "expm1"})
+
+
 def vector_form(
     scalar_rule: Rule, needs: tuple[str, ...], bound: float | None, formula, int_inputs: bool = False, exact=None
 ):
@@ -293,6 +299,12 @@ def vector_form(
     where the stock function converts them itself, as ``math.lgamma`` does).
     """
 
+    by_name = any(n in CALLED_BY_NAME for n in needs)
+
+    def scalar_rule_of(t: Typed) -> Emitter:
+        scalar = scalar_rule(t)
+        return dataclasses.replace(scalar, opaque_call=True) if by_name and scalar.stock_key is None else scalar
+
     def plan(t: Typed) -> Emitter:
         # float inputs only, unless int_inputs: integer inputs keep stock's integer
         # semantics (e.g. -x wraps)
@@ -303,8 +315,8 @@ def vector_form(
         if dtype is None or len(t.outputs) != 1:
             lanes = exact and exact(t)
             if not lanes:
-                return scalar_rule(t)
-            scalar = scalar_rule(t)
+                return scalar_rule_of(t)
+            scalar = scalar_rule_of(t)
             return dataclasses.replace(lanes, emit=_scalar_on_constants(lanes.emit, scalar), without_lanes=scalar)
         fty = numba_type(dtype)
 
@@ -317,7 +329,7 @@ def vector_form(
         return Emitter(
             emit,
             label=f"{'vector' if own else 'libmvec formula using'} {', '.join(needs)} ({dtype})",
-            scalar_form=scalar_rule(t),  # for loops that cannot vectorize (body._vectors_where_they_pay)
+            scalar_form=scalar_rule_of(t),  # for loops that cannot vectorize (body._vectors_where_they_pay)
         )
 
     return Rule(plan, f"{scalar_rule.kind} | vector formula")
