@@ -65,7 +65,31 @@ def _library_kind(library) -> str:
     name = getattr(library, "name", "")
     if "numba_funcified_fgraph" in name:
         return "final"
+    if "as_written" in name or "envelope_guarded" in name:
+        return "as_written"
     return "policy" if "policy" in name or "ptnumba" in name else "other"
+
+
+KEYS: collections.Counter = collections.Counter()  # (op type, cache key) -> node functions made
+
+
+def count_keys(basic):
+    """Count every node function PyTensor's fgraph funcify makes, by op type and cache key:
+    a key made twice is the same function compiled (or loaded) twice."""
+    f = basic.numba_funcify_ensure_cache
+
+    @functools.wraps(f)
+    def counted(op, node=None, **kwargs):
+        fn, key = f(op, node=node, **kwargs)
+        kind = type(op).__name__
+        COUNTS[f"node functions ({kind})"] += 1
+        if key is not None:
+            if KEYS[(kind, key)]:
+                COUNTS[f"node functions with a key made before ({kind})"] += 1
+            KEYS[(kind, key)] += 1
+        return fn, key
+
+    basic.numba_funcify_ensure_cache = counted
 
 
 def wrap(owner, attr, cat, by_library=False):
@@ -75,11 +99,12 @@ def wrap(owner, attr, cat, by_library=False):
     def timed(*args, **kwargs):
         if attr == "_finalize_specific":
             COUNTS[f"libraries finalized ({_library_kind(args[0])})"] += 1
-        elif attr == "load_overload":
-            COUNTS["functions loaded from numba's cache"] += 1
         _push(f"LLVM {_library_kind(args[0])} libs" if by_library else cat)
         try:
-            return f(*args, **kwargs)
+            result = f(*args, **kwargs)
+            if attr == "load_overload" and result is not None:
+                COUNTS["functions loaded from numba's cache"] += 1
+            return result
         finally:
             _pop()
 
@@ -110,8 +135,24 @@ def install():
     wrap(dispatch, "funcify_policy_node", "policy funcify (keys, kernel objects)")
     from ptnumba_codegen.as_written import freeze
 
+    from ptnumba_codegen.as_written import envelope_guards, guards, lowering
+    from pytensor.link.numba.dispatch import basic as numba_basic
+
     wrap(freeze.AsWrittenPass, "apply", "as_written passes")
     wrap(freeze.InlineAsWritten, "apply", "as_written passes")
+    wrap(envelope_guards, "add_envelope_guards", "as_written envelope guards (analysis)")
+    freeze.add_envelope_guards = envelope_guards.add_envelope_guards
+    wrap(guards, "stabilized", "as_written overflow-guard probes")
+    wrap(lowering, "lowering_graph", "as_written copies' inner rewrites")
+    lowering_graph = lowering.lowering_graph
+
+    def counted_lowering(op):
+        if getattr(op, "_lowering", None) is None:
+            COUNTS["as_written copies lowered"] += 1
+        return lowering_graph(op)
+
+    lowering.lowering_graph = counted_lowering
+    count_keys(numba_basic)
     dispatch.plan_node = plans.plan_node
     wrap(base.cpu_target.typing_context, "refresh", "typing-context refresh")
     wrap(kernel, "dry_run", "dry runs")
@@ -185,6 +226,12 @@ def main(argv=None) -> int:
                                    cache_dir=cache_dir, recipe=recipe)
     _pop()
     cpu = time.process_time() - cpu0
+    fgraph = getattr(getattr(c.fn, "maker", None), "fgraph", None)
+    for node in fgraph.apply_nodes if fgraph is not None else ():
+        kind = getattr(node.op, "kind", None)
+        COUNTS["graph nodes"] += 1
+        if kind is not None and type(node.op).__name__ in ("AsWritten", "EnvelopeGuarded"):
+            COUNTS[f"opaque copies ({kind})"] += 1
     kind = "warm" if args.warm else "cold"
     rec = {"model": args.model, "backend": args.backend, "kind": kind, "seconds": c.compile_s + c.first_call_s,
            "cpu_s": round(cpu, 4),

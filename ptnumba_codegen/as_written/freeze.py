@@ -71,6 +71,7 @@ from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.passes import pass_errors
+from ptnumba_codegen.as_written.compile_once import read_inputs_once, rebuild
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.envelope_guards import add_envelope_guards
 from ptnumba_codegen.as_written.guards import add_overflow_guards
@@ -185,7 +186,8 @@ def fold_exact_constants(fgraph, node):
 
 
 class InlineAsWritten(GraphRewriter):
-    """Put every elementwise `AsWritten` copy back into the graph, as written (see above)."""
+    """Put every elementwise `AsWritten` copy back into the graph, as written (see above);
+    first, a copy reading one variable at several inputs reads it once (`compile_once`)."""
 
     def add_requirements(self, fgraph):
         fgraph.attach_feature(ReplaceValidate())
@@ -197,6 +199,7 @@ class InlineAsWritten(GraphRewriter):
             pass_errors.record(fgraph, "as-written inlining", err)
 
     def _inline_all(self, fgraph):
+        read_inputs_once(fgraph)  # the merges are done: a value read twice by a copy is one variable
         inlined = getattr(fgraph, INLINED_ATTR, [])
         put_back = []
         # readers first: decisions, then copies of input values, then shared cones (which
@@ -329,17 +332,6 @@ def _same_input(a, b) -> bool:
     if isinstance(a, Constant) and isinstance(b, Constant):
         return a.type == b.type and a.equals(b)
     return a is b
-
-
-def rebuild(graph, inputs) -> list:
-    """``graph``'s outputs computed from ``inputs`` by new nodes of the same ops. Unlike
-    ``clone_replace``, which rebuilds what the replacements are computed from as well,
-    an input computed by another copy (a shared cone) stays that copy's output."""
-    memo = dict(zip(graph.inputs, inputs, strict=True))
-    for node in graph.toposort():
-        new = node.op.make_node(*(memo.get(v, v) for v in node.inputs))
-        memo.update(zip(node.outputs, new.outputs, strict=True))
-    return [memo.get(v, v) for v in graph.outputs]
 
 
 # containers that fast_run inlines before the kernels are planned (policy_codegen at

@@ -40,6 +40,7 @@ from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
+from ptnumba_codegen.as_written.compile_once import flatten_copies
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.freeze import fold_exact_constants, inline_symbolic_ops
 from ptnumba_codegen.as_written.guards import add_overflow_guards
@@ -111,6 +112,7 @@ def lowering_graph(op: AsWritten):
     if graph is None:
         graph = op.fgraph.unfreeze()
         op._guards = add_overflow_guards(graph, op.kind)
+        op._flattened = flatten_copies(graph, op)  # copies inside it: one function (compile_once)
         specs = [In(x, borrow=True, mutable=False) for x in graph.inputs]
         add_supervisor_to_fgraph(fgraph=graph, input_specs=specs, accept_inplace=True)
         inner_mode(op.policy, op.outer_pools).optimizer.rewrite(graph)

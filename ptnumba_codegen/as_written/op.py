@@ -42,7 +42,7 @@ class AsWritten(Op):
     """
 
     __props__ = ("fgraph", "policy", "outer_pools")
-    _CACHES = ("_perform_fn", "_lowering", "_inner_shape_template", "_inner_shape_frozen")
+    _CACHES = ("_perform_fn", "_lowering", "_flattened", "_inner_shape_template", "_inner_shape_frozen")
 
     def __init__(
         self,
