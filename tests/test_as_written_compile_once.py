@@ -4,14 +4,23 @@ copies inside a copy (an envelope guard's slow path) are lowered into one graph,
 function. Decisions still equal the reference, ``Mode(linker="numba", optimizer=None)``
 under ``numba__fastmath=False``, at ties."""
 
+import re
+
 import numpy as np
 import pytensor
+import pytest
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
 from pytensor.graph.fg import FrozenFunctionGraph, FunctionGraph
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.tensor.basic import Alloc, AllocEmpty, ExtractDiag, Join, MakeVector, ScalarFromTensor, TensorFromScalar
+from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.shape import Shape, Shape_i
+import pytensor.scalar as ps
+from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
 
 import ptnumba_codegen
-from ptnumba_codegen.as_written.compile_once import read_inputs_once
+from ptnumba_codegen.as_written.compile_once import FLAG_FREE, flag_free, read_inputs_once
 from ptnumba_codegen.as_written.lowering import lowering_graph
 from ptnumba_codegen.as_written.op import AsWritten
 from test_as_written import AV, CV, MAINT_BV
@@ -92,3 +101,93 @@ def test_the_envelope_guards_slow_path_is_one_function():
     same_decisions((X, beta, b0))
     beta[3] = 1e306
     same_decisions((X, beta, b0))
+
+
+# --- flag-free nodes keep the enclosing function's fast-math setting (FLAG_FREE) ---------
+
+FMF = re.compile(r"\b(fast|reassoc|nsz|arcp|contract|afn|nnan|ninf)\b")
+
+
+def _flag_free_examples():
+    v, w = pt.dvector("v"), pt.dvector("w")
+    m = pt.dmatrix("m")
+    s, t = pt.dscalar("s"), pt.dscalar("t")
+    sv = ScalarFromTensor()(s)
+    x = ps.float64("x")
+    return {
+        Subtensor: ([v], v[1:4]),
+        AdvancedSubtensor: ([v], v[np.array([0, 2, 2])]),
+        DimShuffle: ([m], m.T),
+
+        Shape: ([m], m.shape),
+        Shape_i: ([m], Shape_i(1)(m)),
+        ScalarFromTensor: ([s], sv),
+        TensorFromScalar: ([x], TensorFromScalar()(x)),
+        Alloc: ([s], pt.alloc(s, 3, 4)),
+        AllocEmpty: ([v], pt.empty((v.shape[0],))),
+        MakeVector: ([s, t], MakeVector("float64")(s, t)),
+        Join: ([v, w], pt.concatenate([v, w])),
+        ExtractDiag: ([m], pt.diagonal(m)),
+    }
+
+
+def _fast_math_ir(inputs_, output):
+    """The final IR of ``output`` compiled op by op (no rewrites) with numba's fast math on."""
+    with pytensor.config.change_flags(numba__fastmath=True, numba__cache=False):
+        fn = pytensor.function(inputs_, output, mode=Mode(linker="numba", optimizer=None))
+    values = {"v": np.arange(6.0), "w": np.ones(2), "m": np.arange(6.0).reshape(2, 3), "s": 1.5, "t": -2.0, "x": 0.25}
+    fn(*(values[x.name] for x in inputs_))
+    return fn, "\n".join(fn.vm.jit_fn.inspect_llvm().values())
+
+
+def test_every_flag_free_op_has_an_example():
+    assert set(_flag_free_examples()) == set(FLAG_FREE)
+
+
+@pytest.mark.parametrize("op_type", list(FLAG_FREE), ids=lambda t: t.__name__)
+def test_flag_free_ops_compile_to_no_fast_math_flag(op_type):
+    """Compiled under numba's fast math, the whole final module of a `FLAG_FREE` op (its
+    node function and everything linked into it) has no instruction carrying a fast-math
+    flag: numba's fastmathpass found nothing to mark, so the code is the one compiled with
+    fast math off. Control: an addition compiled the same way carries them."""
+    inputs_, output = _flag_free_examples()[op_type]
+    fn, ir = _fast_math_ir(inputs_, output)
+    assert any(type(n.op) is op_type for n in fn.maker.fgraph.apply_nodes), fn.maker.fgraph.apply_nodes
+    assert flag_free(next(n.op for n in fn.maker.fgraph.apply_nodes if type(n.op) is op_type))
+    marked = [line for line in ir.splitlines() if "=" in line and FMF.search(line.split(";")[0])]
+    assert not marked, marked[:5]
+    v = pt.dvector("v")
+    _, control = _fast_math_ir([v], v + 1.5)
+    assert any(FMF.search(line) for line in control.splitlines() if "fadd" in line)
+
+
+def test_a_copy_compiles_its_flag_free_nodes_as_the_rest_does(monkeypatch):
+    """A Subtensor inside a copy and the same Subtensor outside it get one PyTensor cache key
+    and are funcified under the enclosing function's fast math; the copy's arithmetic
+    still compiles with fast math off. Decisions equal the reference at the tie."""
+    seen = []
+    original = numba_basic.numba_funcify_ensure_cache
+
+    def recording(op, node=None, **kwargs):
+        fn, key = original(op, node=node, **kwargs)
+        seen.append((type(op).__name__, key, pytensor.config.numba__fastmath))
+        return fn, key
+
+    monkeypatch.setattr(numba_basic, "numba_funcify_ensure_cache", recording)
+    a, c, b = pt.vectors("a", "c", "b")
+    ia, ic, ib = a.type(), c.type(), b.type()
+    decision = copy_of([ia, ic, ib], [pt.le(product(ia[1:], ic[1:]), ib[1:])], label="Le", kind="decision")
+    outputs = [decision(a, c, b), (a[1:] * 2.0).sum()]
+    with pytensor.config.change_flags(numba__fastmath=True):
+        fn = pytensor.function([a, c, b], outputs, mode=Mode(linker="numba", optimizer=None))
+    subtensors = [(key, fm) for name, key, fm in seen if name == "Subtensor"]
+    assert subtensors and all(fm for _, fm in subtensors), seen
+    outside = {key for key, _ in subtensors}
+    assert len(outside) == 1, subtensors  # a[1:], c[1:], b[1:]: one op, one key, inside and out
+    assert any(name == "AsWritten" for name, _, _ in seen)
+    inner_arith = [fm for name, _, fm in seen if name in ("Elemwise", "FusedElemwise", "ScalarizedElemwise")]
+    assert inner_arith and not all(inner_arith), seen  # the copy's product: fast math off
+    ref = reference([a, c, b], pt.le(product(a[1:], c[1:]), b[1:]))
+    pad = np.zeros(1)
+    av, cv, bv = (np.concatenate([pad, x]) for x in (AV, CV, MAINT_BV))
+    assert fn(av, cv, bv)[0][0] and ref(av, cv, bv)[0]

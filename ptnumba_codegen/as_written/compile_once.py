@@ -19,12 +19,26 @@ Two steps, both value-preserving:
   inside it that `FLATTEN` lists is replaced by its own inner graph, with its overflow
   guards, so the whole slow path is one graph, merged, fused and compiled as one function.
 
+And one table for the lowering (`lowering.funcify_as_written`): a copy is compiled with
+numba's fast math off, and PyTensor keys each node function by its fast-math setting, so a
+``Subtensor`` the copy shares with the rest of the function was a second numba function,
+typed, lowered and optimized again, though fast-math flags only ever attach to floating-
+point arithmetic and calls returning floats (numba's ``fastmathpass``) and it has neither.
+The ops of `FLAG_FREE` keep the enclosing function's setting inside a copy: the same key
+as outside, one compile (the second is a cache load), the same machine code either way
+(tests/test_as_written_compile_once.py compiles each under fast math and finds no flag in
+its final IR).
+
 Pure pytensor (no numba).
 """
 
 from __future__ import annotations
 
 from pytensor.graph.fg import FrozenFunctionGraph
+from pytensor.tensor.basic import Alloc, AllocEmpty, ExtractDiag, Join, MakeVector, ScalarFromTensor, TensorFromScalar
+from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
 
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
@@ -56,6 +70,34 @@ REPEATED_INPUTS = {
         ),
     ),
 }
+
+
+_MOVES = "moves, views or copies elements (index arithmetic in integers only): no floating-point operation"
+# op type -> why its numba implementation has no instruction fast-math flags attach to
+# (fadd, fsub, fmul, fdiv, frem, fcmp, calls returning a float), so a copy may compile it
+# under the enclosing function's setting (looked up by exact type). Not here: anything
+# that adds (IncSubtensor, AdvancedIncSubtensor, CumOp), ARange (float steps multiply),
+# Reshape (its numba function compares doubles) and SpecifyShape (its error message calls
+# log10 and floor): tests/test_as_written_compile_once.py finds the flags in their IR.
+FLAG_FREE = {
+    Subtensor: _MOVES,
+    AdvancedSubtensor: _MOVES + "; gathers",
+    DimShuffle: "a view with permuted, added or dropped axes",
+    Shape: "reads the shape (integers)",
+    Shape_i: "reads one dimension (an integer)",
+    ScalarFromTensor: "reads the one element",
+    TensorFromScalar: "stores the one element",
+    Alloc: "broadcasts one value into a new array: stores only",
+    AllocEmpty: "allocates, writes nothing",
+    MakeVector: "stores its scalars (same dtype, or a conversion: fpext/fptrunc/sitofp carry no flags)",
+    Join: _MOVES + "; concatenates",
+    ExtractDiag: "a strided view of the diagonal",
+}
+
+
+def flag_free(op) -> bool:
+    """Whether ``op``'s numba function has no instruction fast-math flags attach to (`FLAG_FREE`)."""
+    return type(op) in FLAG_FREE
 
 
 def rebuild(graph, inputs) -> list:

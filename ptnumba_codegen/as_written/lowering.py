@@ -20,6 +20,7 @@ stabilization, constant folding (numpy, not libm), ``local_add_mul_fusion`` (whi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from functools import cache
 
@@ -29,6 +30,7 @@ from pytensor.compile.io import In, Out
 from pytensor.compile.mode import Mode
 from pytensor.graph.rewriting.basic import MergeOptimizer, dfs_rewriter
 from pytensor.link.numba.cache import compile_numba_function_src
+from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import (
     numba_njit,
     numba_funcify_and_cache_key,
@@ -40,7 +42,7 @@ from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
-from ptnumba_codegen.as_written.compile_once import flatten_copies
+from ptnumba_codegen.as_written.compile_once import flag_free, flatten_copies
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.freeze import fold_exact_constants, inline_symbolic_ops
 from ptnumba_codegen.as_written.guards import add_overflow_guards
@@ -122,11 +124,33 @@ def lowering_graph(op: AsWritten):
     return graph
 
 
+@contextlib.contextmanager
+def flag_free_nodes_keep(fastmath):
+    """While a copy's graph is funcified with fast math off, its `flag_free` nodes are
+    funcified under ``fastmath`` (the enclosing function's setting): the same PyTensor
+    cache key as outside the copy, so one numba function for both (compile_once.FLAG_FREE).
+    PyTensor's FunctionGraph funcify looks the per-node function up in its module at each
+    node; it is restored on the way out."""
+    original = numba_basic.numba_funcify_ensure_cache
+
+    def per_node(op, node=None, **kwargs):
+        if flag_free(op):
+            with config.change_flags(numba__fastmath=fastmath):
+                return original(op, node=node, **kwargs)
+        return original(op, node=node, **kwargs)
+
+    numba_basic.numba_funcify_ensure_cache = per_node
+    try:
+        yield
+    finally:
+        numba_basic.numba_funcify_ensure_cache = original
+
+
 @register_funcify_and_cache_key(AsWritten)
 def funcify_as_written(op, node=None, **kwargs):
     kwargs.pop("storage_map", None)
     graph = lowering_graph(op)
-    with config.change_flags(numba__fastmath=False):
+    with flag_free_nodes_keep(config.numba__fastmath), config.change_flags(numba__fastmath=False):
         fn, key = numba_funcify_and_cache_key(graph, squeeze_output=True, fgraph_name="as_written", **kwargs)
     return fn, None if key is None else cache_key("as_written", "fastmath=False", key)
 
