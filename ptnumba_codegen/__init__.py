@@ -5,9 +5,10 @@ Importing the package registers the ``policy_codegen`` rewrites and the numba di
     import ptnumba_codegen
     mode = ptnumba_codegen.policy_mode("strict")   # a preset / TOML path, per function
     ptnumba_codegen.enable("default")              # or: every numba mode (nutpie, PyMC, ...)
+                                                   # (default: decisions as written)
     ptnumba_codegen.disable()                      # new functions compile stock again
     with ptnumba_codegen.enabled("strict"): ...    # the switch for one block
-    mode = ptnumba_codegen.policy_mode("as_written")  # decisions exactly as written
+    mode = ptnumba_codegen.policy_mode("rewritten")   # decisions from the rewritten graph (the old default)
 """
 
 from ptnumba_codegen._version import GENERATOR_VERSION, __version__

@@ -1,7 +1,9 @@
 """What the policy did to a compiled function: per kernel node, its scalar program with
 each instruction's class, flags and lowering, reduction accumulators, and fallbacks; and
-under ``[comparison] as_written``, every as-written copy (`AsWritten` node): which
-decision, how many ops its cone recomputes, what it reads, and the kernels it compiles to.
+under ``[comparison] as_written`` (the ``default`` preset and its alias ``as_written``; not
+``rewritten``), every as-written copy (`AsWritten` node, or a copy inlined into the kernels):
+which decision, how many ops its cone recomputes, what it reads, why ("[comparison]
+as_written in policy default"), and the kernels it compiles to.
 
     ptnumba_codegen.explain(fn)                 # returns the report as a string
     python -m ptnumba_codegen explain script.py:fn [--ir]

@@ -41,10 +41,11 @@ def set_registered_policy(policy: Policy | None) -> None:
 def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run") -> Mode:
     """A numba Mode whose kernels are generated under ``policy``.
 
-    ``policy`` is a preset name (``default``, ``strict``, ``fast``, ``as_written``), a path
-    to a TOML file, a loaded `Policy`, or ``None`` for the process default (the policy of
-    `ptnumba_codegen.enable` while it is on, else ``PTNUMBA_CODEGEN_POLICY``, else
-    ``default``). The policy is loaded (and validated) now, before anything is compiled.
+    ``policy`` is a preset name (``default``, ``rewritten``, ``strict``, ``fast``,
+    ``as_written``), a path to a TOML file, a loaded `Policy`, or ``None`` for the process
+    default (the policy of `ptnumba_codegen.enable` while it is on, else
+    ``PTNUMBA_CODEGEN_POLICY``, else ``default``: decisions as written). The policy is loaded
+    (and validated) now, before anything is compiled.
 
     The mode excludes the registered ``policy_codegen`` rewrites, so its own policy wins
     over the process-wide switch (`ptnumba_codegen.enable`).

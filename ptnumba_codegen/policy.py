@@ -25,7 +25,8 @@ Schema (every key; see docs/policies.md for the guide)::
 
     [comparison]                  # optional
     as_written = false            # true: every decision is computed from its inputs' cones
-                                  # exactly as written (see ptnumba_codegen/as_written/freeze.py)
+                                  # exactly as written (see ptnumba_codegen/as_written/freeze.py);
+                                  # the `default` preset sets it, `rewritten` does not
 
 Without ``extends`` every class must be given. ``[parallel]`` and ``[comparison]`` default
 to the values above (inherited through ``extends``). Splitting never changes a result bit: only loops whose
@@ -375,11 +376,12 @@ def _load_file(path: Path, _seen: tuple[Path, ...] = ()) -> Policy:
 
 
 def load_policy(spec: str | os.PathLike | Policy | None = None) -> Policy:
-    """A policy from a preset name (``default``, ``strict``, ``fast``, ``as_written``), a TOML
-    path, or a Policy.
+    """A policy from a preset name (``default``, ``rewritten``, ``strict``, ``fast``,
+    ``as_written``: `preset_names`), a TOML path, or a Policy.
 
     ``None`` gives the process default: the ``PTNUMBA_CODEGEN_POLICY`` environment variable,
-    else the ``default`` preset.
+    else the ``default`` preset (decisions as written; ``rewritten`` is the default before
+    issue 21, and ``as_written`` an alias of ``default``).
     """
     if isinstance(spec, Policy):
         return spec

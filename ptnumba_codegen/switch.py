@@ -16,7 +16,8 @@ Which policy a kernel gets (first match wins):
 1. ``policy_mode(p)``: the function's own mode says ``p`` (it excludes the switch's rewrites);
 2. ``enable(p)`` / ``enabled(p)``: the policy the switch was turned on with;
 3. ``$PTNUMBA_CODEGEN_POLICY`` (a preset name or a TOML path);
-4. the ``default`` preset.
+4. the ``default`` preset (decisions as written: ``[comparison] as_written = true``; the
+   preset ``rewritten`` is the default before issue 21).
 
 ``enable(None)`` resolves 3-4 once, when it is called. The policy is loaded and validated
 inside ``enable``: a typo raises `PolicyError` there, before anything compiles. The
@@ -86,8 +87,9 @@ def _check_numba_modes_run_it() -> None:
 def enable(policy: str | os.PathLike | Policy | None = None) -> Policy:
     """Compile every new numba-linker function under ``policy`` until `disable`.
 
-    ``policy``: a preset name (``default``, ``strict``, ``fast``, ``as_written``), a TOML
-    path, a loaded `Policy`, or None for ``$PTNUMBA_CODEGEN_POLICY`` (else ``default``), resolved now.
+    ``policy``: a preset name (``default``, ``rewritten``, ``strict``, ``fast``, ``as_written``),
+    a TOML path, a loaded `Policy`, or None for ``$PTNUMBA_CODEGEN_POLICY`` (else ``default``:
+    decisions as written), resolved now.
     Calling it again switches the policy. Returns the loaded policy.
     """
     resolved = load_policy(policy)

@@ -46,7 +46,7 @@ def test_every_float_scalar_op_matches_stock():
     assert len(names) >= 80
     vals = [np.linspace(0.1, 0.9, 7) + 0.01 * i for _, nin in names for i in range(nin)]
     assert len(vals) == len(inputs)
-    fn = compile_fn(inputs, outputs, "policy_default", cache_key="allops", on_unused_input="ignore")
+    fn = compile_fn(inputs, outputs, "policy_rewritten", cache_key="allops", on_unused_input="ignore")
     assert_no_fallback(fn)
     ref = compile_fn(inputs, outputs, "stock_strict", cache_key="allops", on_unused_input="ignore")
     with np.errstate(all="ignore"):

@@ -52,16 +52,19 @@ def inlined(fn):
     return getattr(fn.maker.fgraph, INLINED_ATTR, [])
 
 
-def test_maintainers_example_is_decided_as_written():
-    assert maintainer_fn("policy_default")(AV, CV, MAINT_BV)[0] == 0.0  # fast_run's exp(a + c)
+@pytest.mark.parametrize("backend", ["policy_default", "policy_as_written"])
+def test_maintainers_example_is_decided_as_written(backend):
+    """`default` decides as written (`as_written` is its alias); `rewritten`, the default
+    before issue 21, decides on fast_run's exp(a + c)."""
+    assert maintainer_fn("policy_rewritten")(AV, CV, MAINT_BV)[0] == 0.0  # fast_run's exp(a + c)
     ref = maintainer_fn("unoptimized_strict")(AV, CV, MAINT_BV)
     np.testing.assert_allclose(ref, [MAINT_EXPECTED], rtol=1e-6)
-    res = maintainer_fn("policy_as_written")(AV, CV, MAINT_BV)
+    res = maintainer_fn(backend)(AV, CV, MAINT_BV)
     np.testing.assert_allclose(res, [MAINT_EXPECTED], rtol=1e-6)
     np.testing.assert_allclose(res, ref, rtol=1e-12)
 
 
-@pytest.mark.parametrize("backend", ["policy_as_written", "policy_as_written_opaque"])
+@pytest.mark.parametrize("backend", ["policy_default", "policy_as_written", "policy_as_written_opaque"])
 def test_seed_example_still_holds(backend):
     fn = seed_fn(backend)
     np.testing.assert_allclose(fn(XV, YV, ZV, WV, BV), [EXPECTED], rtol=1e-10)
@@ -94,7 +97,7 @@ def test_a_robust_decision_still_gets_its_copy():
     with np.errstate(all="ignore"):
         ref = compile_fn([a, c], out, "unoptimized_strict", cache_key="robust_copy")(av, cv)
         np.testing.assert_array_equal(ref, [-1.0, 1.0, 1.0, -1.0])
-        assert compile_fn([a, c], out, "policy_default", cache_key="robust_copy")(av, cv)[0] == 1.0
+        assert compile_fn([a, c], out, "policy_rewritten", cache_key="robust_copy")(av, cv)[0] == 1.0
         fn = compile_fn([a, c], out, "policy_as_written", cache_key="robust_copy")
         np.testing.assert_array_equal(fn(av, cv), ref)
     assert not frozen(fn) and [r[1] for r in inlined(fn)] == ["Ge"]
@@ -147,7 +150,7 @@ def test_the_frozen_cone_is_the_graph_as_written_and_the_rest_is_rewritten():
     le, twice = fn(xv, yv, zv, bv)
     assert le.all()  # every tie holds as written
     np.testing.assert_allclose(twice, 2 * bv, rtol=1e-15)
-    assert not compile_fn([x, y, z, b], outs, "policy_default", cache_key="parens")(xv, yv, zv, bv)[0].all()
+    assert not compile_fn([x, y, z, b], outs, "policy_rewritten", cache_key="parens")(xv, yv, zv, bv)[0].all()
 
 
 def test_ties_at_scale_have_no_flips():
@@ -166,7 +169,7 @@ def test_ties_at_scale_have_no_flips():
         eq, grad = compile_fn(ins + [b], outs, "policy_as_written", cache_key=("scale", k))(*vals, bv)
         assert eq.all(), f"case {k}: {n - eq.sum()} flips"
         assert (grad != 0).all()
-        eq_default, _ = compile_fn(ins + [b], outs, "policy_default", cache_key=("scale", k))(*vals, bv)
+        eq_default, _ = compile_fn(ins + [b], outs, "policy_rewritten", cache_key=("scale", k))(*vals, bv)
         assert (~eq_default).sum() > n // 10  # what the rewrites do without the setting
 
 
@@ -234,9 +237,11 @@ def test_condition_inputs_and_container_inputs_are_frozen_and_the_node_stays():
         fn(np.zeros(6), *vals[1:])
 
 
-def test_default_policy_freezes_nothing():
-    fn = seed_fn("policy_default")
+def test_rewritten_policy_freezes_nothing_and_default_does():
+    fn = seed_fn("policy_rewritten")
     assert not frozen(fn) and not inlined(fn)
+    fn = seed_fn("policy_default")  # decides as written: the seed's cone is put back inlined
+    assert not frozen(fn) and [r[1] for r in inlined(fn)] == ["Le", "cone of Minimum, Le"]
 
 
 def test_shapes_are_inferred_through_the_frozen_op():
@@ -283,6 +288,11 @@ def test_explain_and_log_show_the_frozen_copies(caplog):
     assert "== as-written cone of Minimum, Le: 3 op(s) in its cone, reads a, c; inlined into the kernels below" in report
     assert "== as-written copy of Le: 0 op(s) in its cone, reads cone0.0, b; inlined into the kernels below" in report
     assert "2 as-written copies" in report
+    report = ptnumba_codegen.explain(maintainer_fn("policy_default"))  # default decides as written
+    assert "== as-written cone of Minimum, Le: 3 op(s) in its cone, reads a, c; inlined into the kernels below" in report
+    assert "why: [comparison] as_written in policy default" in report
+    assert "2 as-written copies" in report
+    assert "as-written" not in ptnumba_codegen.explain(maintainer_fn("policy_rewritten"))
     x, b = pt.vectors("x", "b")
     with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):
         pytensor.function([x, b], pt.le(x * 3.0, b), mode=ptnumba_codegen.policy_mode("as_written"))
@@ -480,15 +490,15 @@ def test_symbolic_ops_in_copies_are_inlined_and_keep_the_references_bits(backend
 @pytest.mark.parametrize("key", ["grad_clip", "sigmoid_mul", "normal_logp_sum", "logsumexp", "softmax", "grad_minimum"])
 def test_as_written_compiles_defaults_graph_where_no_rewrite_touched_a_cone(key):
     """The benchmark's elementwise workloads: where no rewrite changed a decision's cone,
-    the inlined copy merges with the rest and ``as_written`` compiles ``default``'s graph,
+    the inlined copy merges with the rest and ``as_written`` compiles ``rewritten``'s graph,
     kernel for kernel; in the seed's ``x * y * z`` (``grad_minimum``) the rewrite made
     ``mul(x, y, z)``, and the kernel holds the product as written instead."""
     from ptnumba_codegen.tools import workloads
 
-    ops = {b: [str(n.op) for n in workloads.compile_workload(key, b).maker.fgraph.toposort()] for b in ("policy_default", "policy_as_written")}
-    assert len(ops["policy_default"]) == len(ops["policy_as_written"])
+    ops = {b: [str(n.op) for n in workloads.compile_workload(key, b).maker.fgraph.toposort()] for b in ("policy_rewritten", "policy_as_written")}
+    assert len(ops["policy_rewritten"]) == len(ops["policy_as_written"])
     assert not any("AsWritten" in op for op in ops["policy_as_written"])
-    assert (ops["policy_default"] == ops["policy_as_written"]) == (key != "grad_minimum"), ops
+    assert (ops["policy_rewritten"] == ops["policy_as_written"]) == (key != "grad_minimum"), ops
 
 
 def test_a_cone_read_by_a_later_cone_is_inlined_too():
@@ -548,12 +558,12 @@ def glm_fn(backend):
 def test_a_copy_spelled_with_other_value_moves_merges_with_the_rest():
     """The copy reads ``joined[0:1].reshape(())`` where the rewritten rest reads
     ``joined[0]``: the value-move rewrites (`VALUE_MOVE_REWRITES`) spell the copy like the
-    rest, merge keeps one ``exp(alpha + X @ beta)``, and the kernels are ``default``'s
+    rest, merge keeps one ``exp(alpha + X @ beta)``, and the kernels are ``rewritten``'s
     (before, the linear predictor and its exp were computed twice). Decisions and values
     still match the graph as written, at special values included."""
-    counts = {b: scalar_op_counts(glm_fn(b)) for b in ("policy_default", "policy_as_written")}
+    counts = {b: scalar_op_counts(glm_fn(b)) for b in ("policy_rewritten", "policy_as_written")}
     for name in ("Exp", "Add", "Log", "GE", "Switch", "Reshape", "Subtensor"):
-        assert counts["policy_as_written"][name] == counts["policy_default"][name], (name, counts)
+        assert counts["policy_as_written"][name] == counts["policy_rewritten"][name], (name, counts)
     ref, res = glm_fn("unoptimized_strict"), glm_fn("policy_as_written")
     point = np.array([0.3, 0.1, -0.2, 0.05])
     for r, e in zip(res(point), ref(point), strict=True):
@@ -615,11 +625,11 @@ def test_the_rest_reads_the_cholesky_the_decisions_read(backend):
     kernels when the policy allows); the rest's solves, log-determinant and gradient read
     that factor (before: a second factorization of the rewritten ``K``). Decisions equal
     the graph as written at ties (``b`` is the reference's diagonal and one ulp either
-    side, where ``default``'s rewritten factor differs), and ``L`` is the reference's, bit for bit."""
+    side, where ``rewritten``'s factor differs), and ``L`` is the reference's, bit for bit."""
     inputs, outs = cholesky_checks()
     fn = compile_fn(inputs, outs, backend, cache_key="cholesky_rest")
     ref = compile_fn(inputs, outs, "unoptimized_strict", cache_key="cholesky_rest")
-    default = compile_fn(inputs, outs, "policy_default", cache_key="cholesky_rest")
+    default = compile_fn(inputs, outs, "policy_rewritten", cache_key="cholesky_rest")
     def factorizes(node):
         return "Cholesky" in type(getattr(node.op, "core_op", node.op)).__name__
 
@@ -750,7 +760,7 @@ def test_copies_put_back_leave_no_node_twice():
         pm.StudentT("returns", nu=nu, lam=pm.math.exp(-2 * vol), observed=change)
     fns = {
         p: model.logp_dlogp_function(ravel_inputs=True, mode=ptnumba_codegen.policy_mode(p))._pytensor_function
-        for p in ("as_written", "default")
+        for p in ("as_written", "rewritten")
     }
     seen, twice = set(), []
     for node in fns["as_written"].maker.fgraph.toposort():
@@ -761,7 +771,7 @@ def test_copies_put_back_leave_no_node_twice():
     assert not twice
     assert inlined(fns["as_written"])
     point = np.random.default_rng(1).normal(0.0, 0.3, 302)
-    for got, want in zip(fns["as_written"](point), fns["default"](point), strict=True):
+    for got, want in zip(fns["as_written"](point), fns["rewritten"](point), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-9)
 
 

@@ -34,21 +34,21 @@ def test_disk_cache_never_serves_a_kernel_compiled_under_another_policy(tmp_path
     inputs, out = seed_graph()
     with pytensor.config.change_flags(numba__cache=True):
         results = {}
-        for policy in ("default", "fast", "default", "strict", "fast"):
+        for policy in ("rewritten", "fast", "rewritten", "strict", "fast"):
             fn = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode(policy))
             results.setdefault(policy, []).append(fn(XV, YV, ZV, WV, BV)[0])
     assert results["fast"] == [0.0, 0.0]
-    assert results["default"] == pytest.approx([EXPECTED] * 2)
+    assert results["rewritten"] == pytest.approx([EXPECTED] * 2)
     assert results["strict"] == pytest.approx([EXPECTED])
     assert any(tmp_path.iterdir())  # the kernels really went through the disk cache
 
 
 def test_keys_depend_on_policy_and_generator_version(monkeypatch):
     inputs, out = seed_graph()
-    fns = {p: pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode(p)) for p in ("default", "fast")}
-    again = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("default"))
-    assert keys_of(fns["default"]) == keys_of(again)  # deterministic: the disk cache hits
-    assert keys_of(fns["default"]) != keys_of(fns["fast"])
+    fns = {p: pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode(p)) for p in ("rewritten", "fast")}
+    again = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("rewritten"))
+    assert keys_of(fns["rewritten"]) == keys_of(again)  # deterministic: the disk cache hits
+    assert keys_of(fns["rewritten"]) != keys_of(fns["fast"])
     before = keys_of(again)
     monkeypatch.setattr(dispatch, "GENERATOR_VERSION", dispatch.GENERATOR_VERSION + 1)
     assert keys_of(again) != before
@@ -63,7 +63,7 @@ def test_key_is_never_none_where_stock_caches():
         pt.switch(x > y, pt.cast(i, "float64"), x),
         pt.erfcx(x),
     ]
-    fn = pytensor.function([x, y, i], outs, mode=ptnumba_codegen.policy_mode("default"))
+    fn = pytensor.function([x, y, i], outs, mode=ptnumba_codegen.policy_mode("rewritten"))
     for node in policy_nodes(fn):
         stock_op = Elemwise(node.op.scalar_op, node.op.inplace_pattern)
         stock_node = stock_op.make_node(*node.inputs)
@@ -112,7 +112,7 @@ z = qs[:-1] * beta
 logp = (z - pt.logsumexp(z, axis=1, keepdims=True))[:, 1].sum()
 with pytensor.config.change_flags(numba__cache=True):
     fn = pytensor.function([alpha, beta], [logp, *pt.grad(logp, [alpha, beta])],
-                           mode=ptnumba_codegen.policy_mode("default"))
+                           mode=ptnumba_codegen.policy_mode("rewritten"))
     print("PROBE", [float(v) for v in fn(0.5, 5.0)])
 print("LOWERED", len(lowered))
 """

@@ -248,10 +248,10 @@ def test_a_comparison_with_another_constant_keeps_libms_pow():
 
 
 def test_default_has_no_class_pow_and_decides_as_stock_strict():
-    """Under `default` no pow is a `PowAsWritten` (LLVM folds ``pow(x, -1.0)`` to ``1 / x`` in
+    """Under `rewritten` (the default before issue 21) no pow is a `PowAsWritten` (LLVM folds ``pow(x, -1.0)`` to ``1 / x`` in
     stock strict too): nothing is computed by class, and the decisions are stock strict's."""
     inputs, outs = _graph()
-    fn = compile_fn(inputs, outs, "policy_default", cache_key="class_pow")
+    fn = compile_fn(inputs, outs, "policy_rewritten", cache_key="class_pow")
     ref = compile_fn(inputs, outs, "stock_strict", cache_key="class_pow")
     assert "class pow" not in _labels(fn)
     xs = edge_points(2_000)

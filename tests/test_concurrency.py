@@ -51,7 +51,7 @@ _FNS: dict = {}
 @pytest.fixture(scope="module")
 def split_mode(tmp_path_factory):
     path = tmp_path_factory.mktemp("concurrency") / "split.toml"
-    path.write_text('extends = "default"\n[parallel]\nthreads = "auto"\nmin_elements = 1\n')
+    path.write_text('extends = "rewritten"\n[parallel]\nthreads = "auto"\nmin_elements = 1\n')
     return ptnumba_codegen.policy_mode(path)
 
 

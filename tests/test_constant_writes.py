@@ -47,7 +47,7 @@ def test_a_one_hot_of_constants_is_folded_and_values_are_stock_strict_bit_for_bi
     assert not _writes(fn), "the one-hot of constants is a constant"
     got, want = fn(ev, dv), ref(ev, dv)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint64), np.asarray(want).view(np.uint64))
-    default = compile_fn([eta, data], out, "policy_default", cache_key="cw_onehot")
+    default = compile_fn([eta, data], out, "policy_rewritten", cache_key="cw_onehot")
     assert not _writes(default)
     np.testing.assert_allclose(default(ev, dv), want, rtol=1e-12)
 

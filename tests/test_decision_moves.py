@@ -255,9 +255,9 @@ def test_a_wrong_row_fails_the_reference(monkeypatch):
 
 
 def test_default_is_untouched():
-    """Under `default` there are no copies: the decision reads the log it shares with the rest."""
+    """Under `rewritten` (the default before issue 21) there are no copies: the decision reads the log it shares with the rest."""
     inputs, outs = _graph("float64")
-    fn = compile_fn(inputs, outs, "policy_default", cache_key="moves_float64")
+    fn = compile_fn(inputs, outs, "policy_rewritten", cache_key="moves_float64")
     ref = compile_fn(inputs, outs, "stock_strict", cache_key="moves_float64")
     xs = _edge_inputs("float64")
     for got, want in zip(fn(xs, np.zeros_like(xs)), ref(xs, np.zeros_like(xs)), strict=True):

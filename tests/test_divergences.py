@@ -55,7 +55,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("backend", ["policy_strict", "policy_default", "policy_fast"])
+@pytest.mark.parametrize("backend", ["policy_strict", "policy_rewritten", "policy_fast"])
 def test_known_stock_divergences_follow_the_graph(backend):
     outs = [make() for make, _, _ in CASES.values()]
     with np.errstate(all="ignore"):
@@ -68,7 +68,7 @@ def test_known_stock_divergences_follow_the_graph(backend):
         expected = np.asarray(graph, dtype=out.dtype)
         assert_same_bits(p, expected)  # the py linker computes what the graph says
         assert_same_bits(s, np.asarray(stock_says, dtype=out.dtype))  # stock does not
-        if backend == "policy_default" and name == "sigmoid_int_min":
+        if backend == "policy_rewritten" and name == "sigmoid_int_min":
             np.testing.assert_allclose(r, expected, rtol=1e-15, err_msg=name)
         else:
             assert_same_bits(r, expected)
@@ -83,7 +83,7 @@ def test_bool_sum_scaled_agrees_with_the_c_backend():
     out = (b1 + b2) * 1.5
     v = VALUES[:2]
     c = compile_fn([b1, b2], out, "c", cache_key="bool_c")(*v)
-    for backend in ("policy_strict", "policy_default"):
+    for backend in ("policy_strict", "policy_rewritten"):
         assert_same_bits(compile_fn([b1, b2], out, backend, cache_key="bool_c")(*v), c)
 
 
@@ -102,7 +102,7 @@ def test_float_floor_divide_is_stocks_but_by_an_opposite_infinity(dtype):
         opposite_inf = np.isinf(bv) & np.isfinite(av) & (av != 0) & (np.signbit(av) != np.signbit(bv))
         assert np.all(np.floor_divide(av, bv)[opposite_inf] == -1)
         expected = np.where(opposite_inf, np.asarray(-1, dtype=dtype), stock[0])
-        for backend in ("policy_strict", "policy_default"):
+        for backend in ("policy_strict", "policy_rewritten"):
             res = compile_fn([a, b], outs, backend, cache_key=("floordiv", dtype))(av, bv)
             assert_same_bits(res[0], expected)
             assert_same_bits(res[1], stock[1])

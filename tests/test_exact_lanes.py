@@ -142,7 +142,7 @@ def _tie_inputs():
 
 def test_strict_cone_on_exact_lanes_decides_and_computes_as_stock_strict():
     a, b, c = pt.vectors("a", "b", "c")
-    fn = compile_fn([a, b, c], _sigmoid_cone(a, b, c), "policy_default", cache_key="exact_cone", inspect_ir=True)
+    fn = compile_fn([a, b, c], _sigmoid_cone(a, b, c), "policy_rewritten", cache_key="exact_cone", inspect_ir=True)
     ref = compile_fn([a, b, c], _sigmoid_cone(a, b, c), "stock_strict", cache_key="exact_cone")
     av, bv, cv = _tie_inputs()
     got, want = fn(av, bv, cv), ref(av, bv, cv)

@@ -189,7 +189,7 @@ def test_pow_cone_decides_and_computes_as_stock_strict():
     x, y, b, c = pt.vectors("x", "y", "b", "c")
     p = x**y
     outs = [pt.le(p, b), pt.switch(pt.gt(p, b), p * 2.0, c), p, pt.exp(c + 1e-3 * p)]
-    fn = compile_fn([x, y, b, c], outs, "policy_default", cache_key="exact_pow_cone", inspect_ir=True)
+    fn = compile_fn([x, y, b, c], outs, "policy_rewritten", cache_key="exact_pow_cone", inspect_ir=True)
     ref = compile_fn([x, y, b, c], outs, "stock_strict", cache_key="exact_pow_cone")
     xv, yv = _pair_inputs()
     with np.errstate(all="ignore"):
@@ -221,7 +221,7 @@ def test_constant_exponents_keep_stock_code(e):
     x, b = pt.vectors("x", "b")
     p = x**e
     outs = [pt.le(p, b), p]
-    fn = compile_fn([x, b], outs, "policy_default", cache_key=f"exact_pow_const_{e}", inspect_ir=True)
+    fn = compile_fn([x, b], outs, "policy_rewritten", cache_key=f"exact_pow_const_{e}", inspect_ir=True)
     ref = compile_fn([x, b], outs, "stock_strict", cache_key=f"exact_pow_const_{e}")
     xv, _ = _pair_inputs()
     with np.errstate(all="ignore"):
@@ -236,7 +236,7 @@ def test_explain_names_the_pow_entry():
     import ptnumba_codegen
 
     x, y, b = pt.vectors("x", "y", "b")
-    fn = compile_fn([x, y, b], [pt.le(x**y, b)], "policy_default", cache_key="exact_pow_explain")
+    fn = compile_fn([x, y, b], [pt.le(x**y, b)], "policy_rewritten", cache_key="exact_pow_explain")
     text = ptnumba_codegen.explain(fn)
     assert re.search(rf"exact lanes: pow x{LANES}: on \(glibc __pow_fma.*bit-identical\)", text), text
     assert "libm lanes pow (float64)" in text
@@ -250,7 +250,7 @@ def test_constant_bases_keep_stock_code(base):
     p = base**y
     outs = [pt.le(p, b), p]
     key = f"exact_pow_base_{base.dtype}_{base.data}"
-    fn = compile_fn([y, b], outs, "policy_default", cache_key=key, inspect_ir=True)
+    fn = compile_fn([y, b], outs, "policy_rewritten", cache_key=key, inspect_ir=True)
     ref = compile_fn([y, b], outs, "stock_strict", cache_key=key)
     _, yv = _pair_inputs()
     yv = yv * 300.0

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_explain_seed_shows_strict_cone_and_fast_gradient_product():
-    fn = seed_fn("policy_default")
+    fn = seed_fn("policy_rewritten")
     report = ptnumba_codegen.explain(fn)
     lines = report.splitlines()
     cone_mul = [line for line in lines if "= Mul(v4, v2, v1, v0)" in line]
@@ -27,7 +27,7 @@ def test_explain_seed_shows_strict_cone_and_fast_gradient_product():
 
 
 def test_explain_ir_marks_flags_in_the_final_ir():
-    fn = seed_fn("policy_default", inspect_ir=True)
+    fn = seed_fn("policy_rewritten", inspect_ir=True)
     fn(XV, YV, ZV, WV, BV)
     ir = ptnumba_codegen.explain(fn, ir=True).split("; final optimized LLVM IR", 1)[1]
     fcmp = [line for line in ir.splitlines() if "fcmp" in line]
@@ -44,7 +44,7 @@ def test_explain_reports_fallbacks_and_reductions():
 
     x = pt.vector("x", dtype="complex128")
     y = pt.vector("y")
-    fn = compile_fn([x, y], [pt.exp(x) * 2, (y * y).sum()], "policy_default", cache_key="explain2")
+    fn = compile_fn([x, y], [pt.exp(x) * 2, (y * y).sum()], "policy_rewritten", cache_key="explain2")
     report = ptnumba_codegen.explain(fn)
     assert "FALLBACK to the stock kernel: dtype complex128" in report
     assert "Add over axes (0,) in float64 (register), accumulator flags {reassoc" in report
@@ -60,6 +60,8 @@ def test_explain_cli(tmp_path):
         cwd=tmp_path,
     ).stdout
     assert "comparison_sensitive" in out and "[reassoc]" in out and "fcmp ole" in out
+    # examples/seed.py compiles under `default`, which decides as written
+    assert "why: [comparison] as_written in policy default" in out and "2 as-written copies" in out
     bad = subprocess.run(
         [sys.executable, "-m", "ptnumba_codegen", "explain", "nothing_here"], capture_output=True, text=True
     )
@@ -75,7 +77,7 @@ def test_compilation_logs_a_summary_at_info(caplog):
     x = pt.vector("x")
     c = pt.vector("c", dtype="complex128")
     with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):
-        pytensor.function([x, c], [pt.exp(x).sum(), pt.exp(c) * 2], mode=ptnumba_codegen.policy_mode("default"))
+        pytensor.function([x, c], [pt.exp(x).sum(), pt.exp(c) * 2], mode=ptnumba_codegen.policy_mode("rewritten"))
     summary = [r.getMessage() for r in caplog.records if "kernel(s) generated" in r.getMessage()]
     assert summary and "1 with libmvec calls" in summary[0] and "fell back" in summary[0]
     assert "complex128" in summary[0]
@@ -90,7 +92,7 @@ def test_explain_covers_scan_and_opfromgraph_inner_graphs():
     a, b = pt.vectors("a", "b")
     ofg = OpFromGraph([a, b], [pt.minimum(a * b * a, b)])
     res, _ = pytensor.scan(lambda xi, acc: acc * xi + pt.exp(xi), sequences=[x], outputs_info=[pt.zeros(())])
-    fn = pytensor.function([x, y], [ofg(x, y), res[-1]], mode=ptnumba_codegen.policy_mode("default"))
+    fn = pytensor.function([x, y], [ofg(x, y), res[-1]], mode=ptnumba_codegen.policy_mode("rewritten"))
     report = ptnumba_codegen.explain(fn)
     assert "== Scan inner graph" in report and "== OpFromGraph inner graph" in report
     assert "Minimum(" in report and "comparison_sensitive" in report

@@ -32,7 +32,7 @@ def broken_exp(monkeypatch):
 def _compile(inputs, outputs):
     # never into PyTensor's disk cache: a later run must not load this stock fallback
     with pytensor.config.change_flags(numba__cache=False):
-        return pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode("default"))
+        return pytensor.function(inputs, outputs, mode=ptnumba_codegen.policy_mode("rewritten"))
 
 
 def test_a_codegen_error_falls_back_to_stock_with_the_reason(broken_exp, caplog):
@@ -91,7 +91,7 @@ def _glmm_graph():
     return inputs, outs, values
 
 
-@pytest.mark.parametrize("policy", ["strict", "default"])
+@pytest.mark.parametrize("policy", ["strict", "rewritten"])
 def test_an_indexed_loop_with_a_boolean_vector_runs_our_core(policy):
     inputs, outs, values = _glmm_graph()
     fn = compile_fn(inputs, outs, f"policy_{policy}", cache_key="glmm_bool")

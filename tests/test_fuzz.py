@@ -1,5 +1,5 @@
 """The differential fuzzer: random scalar graphs (tests/fuzzgraphs.py) under policy
-``strict``, policy ``default``, stock numba with fastmath off and the py linker, each
+``strict``, policy ``rewritten`` (the default before issue 21), stock numba with fastmath off and the py linker, each
 batch of graphs compiled into one function per backend.
 
 Properties, per output (tests/references.py, docs/divergences.md):
@@ -7,13 +7,13 @@ Properties, per output (tests/references.py, docs/divergences.md):
 * policy ``strict`` is stock strict bit for bit (NaN positions and signs of zero included),
   except where stock departs from the graph's dtypes: there it follows them (the py
   linker), unless numpy/scipy is the odd one out (then stock and the C backend agree);
-* policy ``default`` gives every bool and integer result of that reference exactly; float
+* policy ``rewritten`` gives every bool and integer result of that reference exactly; float
   results within ``ULPS`` ulp of it, widened by the output's conditioning (how far stock
   strict moves when the float inputs move by 2 ulp); its NaN/inf pattern is the
   reference's, or that of stock's own fast-math build (outside decision cones the policy
   may reassociate like stock fastmath does) or of the perturbed inputs;
 * where stock raises and the policy compiles, nothing is compared; the reverse fails;
-* policy ``as_written`` (`test_fuzz_as_written`, batches about half tie graphs) gives every
+* policy ``as_written`` (an alias of ``default``; `test_fuzz_as_written`, batches about half tie graphs) gives every
   bool and integer result and every gradient zero pattern of the graph as written
   (``Mode(linker="numba", optimizer=None)``, fastmath off) exactly, floats within the
   default policy's budget (`check_batch_as_written`).
@@ -149,7 +149,7 @@ def check_batch(batch: fg.Batch):
         _log({"graphs": len(outs), "skipped": f"stock raised {type(err).__name__}: {err}"[:300]})
         return
     # stock ran: the policy must too (an exception here fails the test)
-    policy = {b: _compile(xs, outs, b) for b in ("policy_strict", "policy_default")}
+    policy = {b: _compile(xs, outs, b) for b in ("policy_strict", "policy_rewritten")}
     py = _compile(xs, outs, "py")
     lazy = {}  # backend -> {output index: result per call}, compiled for the outputs that need it
 
@@ -167,7 +167,7 @@ def check_batch(batch: fg.Batch):
         vals = fg.values(batch, call)
         s_res = stock_calls[call]
         p_res = _run(policy["policy_strict"], vals)
-        d_res = _run(policy["policy_default"], vals)
+        d_res = _run(policy["policy_rewritten"], vals)
         y_res = _py_results(py, xs, outs, vals)
         pvals = fg.perturbed(vals, rng)
         probe = _run(stock, pvals)
@@ -383,13 +383,13 @@ def tie_batch(decisions, trees=TIE_TREES, seed=7):
     return fg.Batch((48,), tuple(inputs), tuple(graphs), (None,) * n, (True,) * n, seed, tuple(ties))
 
 
-def test_the_as_written_checker_fails_the_default_policy():
+def test_the_as_written_checker_fails_the_rewritten_policy():
     """The checker can fail: on tie graphs (the generator's ``ties`` knob) policy
-    ``default``, which decides on the rewritten graph, flips decisions (bool outputs and
-    gradient zero patterns) of the graph as written; ``as_written`` flips none. One
-    reference compile for both."""
+    ``rewritten`` (the default before issue 21), which decides on the rewritten graph, flips
+    decisions (bool outputs and gradient zero patterns) of the graph as written; ``default``
+    (alias ``as_written``) flips none. One reference compile for both."""
     batch = tie_batch(("le", "minimum"), TIE_TREES[:3])
-    found = check_batch_as_written(batch, ("policy_as_written", "policy_default"))
-    assert found["policy_as_written"] == [], found["policy_as_written"]
-    flipped = {kind for _, kind, _ in found["policy_default"]}
-    assert {"decision", "zero pattern"} <= flipped, found["policy_default"]
+    found = check_batch_as_written(batch, ("policy_default", "policy_rewritten"))
+    assert found["policy_default"] == [], found["policy_default"]
+    flipped = {kind for _, kind, _ in found["policy_rewritten"]}
+    assert {"decision", "zero pattern"} <= flipped, found["policy_rewritten"]

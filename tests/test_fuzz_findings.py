@@ -20,7 +20,7 @@ def test_max_and_min_over_bools():
     ]
     vals = [np.array([[1, 5, 3], [0, 2, 9]], dtype="int32"), np.array([[True, False, True], [False, False, True]])]
     ref = compile_fn([i, b], outs, "stock_strict", cache_key="bool_maxmin")(*vals)
-    for backend in ("policy_strict", "policy_default"):
+    for backend in ("policy_strict", "policy_rewritten"):
         fn = compile_fn([i, b], outs, backend, cache_key="bool_maxmin")
         assert_no_fallback(fn)
         for r, e in zip(fn(*vals), ref, strict=True):
@@ -43,7 +43,7 @@ def test_floor_division_by_a_signed_zero_sign_decides_as_stock():
     assert np.isneginf(ref[0][0, 1]) and np.signbit(ref[2][0, 1])  # stock's own semantics
     py = compile_fn([a, b], outs, "py", cache_key="sign_zero")(*vals)
     assert np.isposinf(py[0][0, 1])  # where numpy departs
-    for backend in ("policy_strict", "policy_default"):
+    for backend in ("policy_strict", "policy_rewritten"):
         fn = compile_fn([a, b], outs, backend, cache_key="sign_zero")
         assert_no_fallback(fn)
         got = fn(*vals)
@@ -69,7 +69,7 @@ def test_floor_division_where_stock_and_numpy_depart_from_c_at_different_element
         py = compile_fn([a, b], [out], "py", cache_key="floordiv_tie")(*vals)[0]
         c = compile_fn([a, b], [out], "c", cache_key="floordiv_tie")(*vals)[0]
         assert not np.array_equal(stock, c) and not np.array_equal(py, c)
-        for backend in ("policy_strict", "policy_default"):
+        for backend in ("policy_strict", "policy_rewritten"):
             got = compile_fn([a, b], [out], backend, cache_key="floordiv_tie")(*vals)[0]
             assert_same_bits(got, c)
             assert verdict(got, stock, py, c) is None
@@ -188,7 +188,7 @@ def test_default_is_held_to_the_semantics_strict_follows_on_an_int_reciprocal():
     # the case is still there: stock and policy default differ in the last bits
     xs, outs, _ = fg.build(batch)
     vals = fg.values(batch, 0)
-    stock, default = (_run(_compile(xs, outs, b), vals)[0] for b in ("stock_strict", "policy_default"))
+    stock, default = (_run(_compile(xs, outs, b), vals)[0] for b in ("stock_strict", "policy_rewritten"))
     assert not np.array_equal(stock, default), "stock now divides 1.0 / int32 in float64: the case is gone"
 
 
@@ -219,10 +219,10 @@ def test_signed_overflow_in_a_fused_body_wraps_as_the_graph_as_written():
                 numpy_ = [(xv + 7) // np.where(dv == 0, 1, dv)]
             nz = dv != 0  # numpy's // by zero is 0 with a warning, numba's too: compare elsewhere
             np.testing.assert_array_equal(expect[0][nz], numpy_[0][nz])
-            for backend in ("policy_default", "policy_as_written"):
+            for backend in ("policy_rewritten", "policy_as_written"):
                 got = compile_fn([x, s], outs, backend, cache_key="wrapping_ints")(xv, sv)
                 for r, e in zip(got, expect, strict=True):
                     np.testing.assert_array_equal(r, e, err_msg=f"{backend}, n={n}, s={sv}")
-    ir = final_ir(compile_fn([x, s], outs, "policy_default", cache_key="wrapping_ints", inspect_ir=True))
+    ir = final_ir(compile_fn([x, s], outs, "policy_rewritten", cache_key="wrapping_ints", inspect_ir=True))
     body_adds = [line for line in ir.splitlines() if "add nsw" in line and " 7" in line]
     assert body_adds == [], body_adds

@@ -62,7 +62,7 @@ def test_decisions_on_lane_calls_equal_stock_strict_at_ties():
     cv = np.linspace(-3, 3, xv.size)
     from conftest import policy_nodes
 
-    fn = compile_fn([x, b, c], _graph(x, b, c), "policy_default", cache_key="lane_calls", inspect_ir=True)
+    fn = compile_fn([x, b, c], _graph(x, b, c), "policy_rewritten", cache_key="lane_calls", inspect_ir=True)
     ref = compile_fn([x, b, c], _graph(x, b, c), "stock_strict", cache_key="lane_calls")
     vals = compile_fn([x], [f(x) for f in FUNCS.values()], "stock_strict", cache_key="lane_calls_vals")(xv)
     for name, v in zip(FUNCS, vals, strict=True):
@@ -85,7 +85,7 @@ def test_lane_called_values_are_stock_strict_bit_for_bit():
     outs = [*vals, *[pt.le(v, b) for v in vals], _neighbour(vals, c)]
     xv = _values()
     bv, cv = np.zeros_like(xv), np.linspace(-3, 3, xv.size)
-    fn = compile_fn([x, b, c], outs, "policy_default", cache_key="lane_calls_values", inspect_ir=True)
+    fn = compile_fn([x, b, c], outs, "policy_rewritten", cache_key="lane_calls_values", inspect_ir=True)
     got = fn(xv, bv, cv)
     want = compile_fn([x], vals, "stock_strict", cache_key="lane_calls_vals")(xv)
     for name, g, w in zip(FUNCS, got[: len(FUNCS)], want, strict=True):

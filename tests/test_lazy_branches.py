@@ -50,7 +50,7 @@ def _lazy_instrs(fn):
     return out
 
 
-@pytest.mark.parametrize("policy", ["policy_default", "policy_strict"])
+@pytest.mark.parametrize("policy", ["policy_rewritten", "policy_strict"])
 def test_lazy_calls_keep_every_bit_and_every_decision(policy, monkeypatch):
     ins, outs = _censored_like()
     fn = compile_fn(ins, outs, policy, cache_key="lazy_censored")

@@ -53,6 +53,7 @@ def test_including_tag_hands_every_elemwise_to_the_generator():
     nodes = elemwise_nodes(fn)
     assert nodes and all(is_policy_op(n.op) for n in nodes)
     assert all(n.op.policy.name == "default" for n in nodes)
+    assert all(n.op.policy.as_written for n in nodes)  # the process default decides as written
 
 
 @pytest.mark.parametrize("mode", ["NUMBA", Mode(linker="numba", optimizer="fast_run")])
@@ -62,13 +63,14 @@ def test_plain_numba_mode_is_untouched(mode):
     assert elemwise_nodes(fn) and not policy_nodes(fn)
 
 
-def test_inplace_pattern_and_destroy_map_are_kept_exactly():
+@pytest.mark.parametrize("policy", ["default", "rewritten"])  # no decision: the same under both
+def test_inplace_pattern_and_destroy_map_are_kept_exactly(policy):
     x, y = pt.vectors("x", "y")
     z = pt.exp(x) + y
     w = pt.dot(z, z)  # materializes z; sin(z) * w then reuses z's buffer (inplace)
     outs = [pt.sin(z) * w, pt.cos(z)]
     stock = pytensor.function([x, y], outs, mode=Mode(linker="numba", optimizer="fast_run"))
-    mine = pytensor.function([x, y], outs, mode=ptnumba_codegen.policy_mode("default"))
+    mine = pytensor.function([x, y], outs, mode=ptnumba_codegen.policy_mode(policy))
     s_nodes, m_nodes = elemwise_nodes(stock), elemwise_nodes(mine)
     assert [str(n.op.scalar_op) for n in s_nodes] == [str(n.op.scalar_op) for n in m_nodes]
     assert [n.op.inplace_pattern for n in s_nodes] == [n.op.inplace_pattern for n in m_nodes]
@@ -107,6 +109,6 @@ def test_env_var_typo_is_an_error_before_anything_compiles(monkeypatch, capsys):
     monkeypatch.setenv(ENV_VAR, "nosuch")
     inputs, outputs = graph()
     mode = Mode(linker="numba", optimizer="fast_run").including("policy_codegen")
-    with pytest.raises(PolicyError, match=f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, strict"):
+    with pytest.raises(PolicyError, match=f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, rewritten, strict"):
         pytensor.function(inputs, outputs, mode=mode)
     assert "Traceback" not in capsys.readouterr().err

@@ -36,8 +36,8 @@ def policies(tmp_path_factory):
     d = tmp_path_factory.mktemp("parallel_policies")
     out = {}
     for name, base, table in (
-        ("split", "default", SPLIT),
-        ("one_thread", "default", ONE_THREAD),
+        ("split", "rewritten", SPLIT),
+        ("one_thread", "rewritten", ONE_THREAD),
         ("split_strict", "strict", SPLIT),
     ):
         path = d / f"{name}.toml"
@@ -243,7 +243,7 @@ def test_static_shapes_below_the_threshold_get_no_chunk_code(policies):
         fn = pytensor.function(
             [small, large],
             [pt.exp(small).sum(), pt.exp(large).sum()],
-            mode=ptnumba_codegen.policy_mode("default"),
+            mode=ptnumba_codegen.policy_mode("rewritten"),
         )
     s, lv = np.linspace(0, 1, 1000), np.linspace(0, 1, 70_000)
     res = fn(s, lv)
@@ -343,7 +343,7 @@ def test_short_static_axes_are_not_split_and_keep_their_trip_count():
     mx, g1 = pt.tensor("mx", shape=(None, 1)), pt.tensor("g1", shape=(None, 1))
     g = g0 + pt.eq(xx, mx) * g1
     with pytensor.config.change_flags(numba__cache=False):
-        fn = pytensor.function([g0, g1, mx, xx], [g, g.sum(0)], mode=ptnumba_codegen.policy_mode("default"))
+        fn = pytensor.function([g0, g1, mx, xx], [g, g.sum(0)], mode=ptnumba_codegen.policy_mode("rewritten"))
     rng = np.random.default_rng(1)
     G0, G1, MX = rng.normal(size=(n, 2)), rng.normal(size=(n, 1)), rng.normal(size=(n, 1))
     XX = np.concatenate([MX, MX - 1], axis=1)

@@ -36,7 +36,7 @@ def _tied_inputs():
 def test_an_analysis_error_compiles_the_kernels_strict_not_stock_fast(monkeypatch, target):
     monkeypatch.setattr(policy_codegen, target, _boom)
     with pytest.warns(pass_errors.PassErrorWarning, match="injected pass failure"):
-        fn = _compile("default")
+        fn = _compile("rewritten")
     assert policy_nodes(fn), "the kernels are still the generator's"
     # the seed's tie: stock fast-math gives 0 here, strict 404.197
     np.testing.assert_allclose(fn(XV, YV, ZV, WV, BV), [EXPECTED], rtol=1e-10)

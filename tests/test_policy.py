@@ -29,15 +29,67 @@ def write(tmp_path, text, name="p.toml"):
 
 
 def test_presets_have_the_documented_flags():
-    assert set(preset_names()) >= {"default", "strict", "fast"}
-    default, strict, fast = (load_policy(n) for n in ("default", "strict", "fast"))
-    assert default.flags_for("comparison_sensitive", "Mul") == ()
-    for klass in ("reduction", "transcendental", "arithmetic"):
-        assert set(default.flags_for(klass, "Mul")) == PYTENSOR_FLAGS
+    assert set(preset_names()) == {"default", "rewritten", "as_written", "strict", "fast"}
+    default, rewritten, strict, fast = (load_policy(n) for n in ("default", "rewritten", "strict", "fast"))
+    for pol in (default, rewritten):
+        assert pol.flags_for("comparison_sensitive", "Mul") == ()
+        for klass in ("reduction", "transcendental", "arithmetic"):
+            assert set(pol.flags_for(klass, "Mul")) == PYTENSOR_FLAGS
+        assert pol.classes["transcendental"].max_ulp == 4
+    assert default.as_written and not rewritten.as_written
     for klass in CLASSES:
         assert strict.flags_for(klass, "Exp") == ()
         assert set(fast.flags_for(klass, "Exp")) == PYTENSOR_FLAGS
-    assert default.classes["transcendental"].max_ulp == 4
+
+
+PYTENSOR_SET = ["reassoc", "nsz", "arcp", "contract", "afn"]
+
+
+def _content(classes, max_ulp=None, as_written=False):
+    """`Policy.as_data` of a policy without ops and with the default ``[parallel]``, from
+    the flag lists per class as written in its TOML file."""
+    return {
+        "classes": {k: {"flags": classes[k], "max_ulp": float((max_ulp or {}).get(k, 0))} for k in CLASSES},
+        "ops": {},
+        "parallel": {"threads": "auto", "min_elements": 65536},
+        "comparison": {"as_written": as_written},
+    }
+
+
+# The presets as they were before issue 21 made `default` decide as written, written out
+# here (not loaded): `rewritten` is the old `default` flag for flag; strict and fast are
+# unchanged (they never extended `default`).
+OLD_DEFAULT = _content(
+    {"comparison_sensitive": [], "reduction": PYTENSOR_SET, "transcendental": PYTENSOR_SET, "arithmetic": PYTENSOR_SET},
+    max_ulp={"transcendental": 4},
+)
+OLD_STRICT = _content({k: [] for k in CLASSES})
+OLD_FAST = _content({k: PYTENSOR_SET for k in CLASSES})
+
+
+def test_rewritten_is_the_old_default_in_every_field():
+    rewritten = load_policy("rewritten")
+    assert rewritten.as_data() == OLD_DEFAULT
+    assert dict(rewritten.ops) == {} and rewritten.as_written is False
+    assert rewritten.name == "rewritten" and "rewritten graph" in rewritten.description
+    assert "numba__fastmath=False" in rewritten.description
+
+
+def test_default_decides_as_written_and_differs_from_the_old_default_only_there():
+    default = load_policy("default")
+    assert default.as_written is True
+    assert default.as_data() == OLD_DEFAULT | {"comparison": {"as_written": True}}
+    assert default.name == "default" and "as written" in default.description
+    assert 'Mode(linker="numba", optimizer=None)' in default.description
+    assert "numba__fastmath=False" in default.description
+    alias = load_policy("as_written")  # kept for code written before the switch
+    assert alias.name == "as_written" and alias == default and alias.as_data() == default.as_data()
+
+
+def test_strict_and_fast_are_unchanged_flag_for_flag():
+    assert load_policy("strict").as_data() == OLD_STRICT
+    assert load_policy("fast").as_data() == OLD_FAST
+    assert not load_policy("strict").as_written and not load_policy("fast").as_written
 
 
 def test_file_path_and_name(tmp_path):
@@ -50,7 +102,7 @@ def test_file_path_and_name(tmp_path):
 
 def test_env_var_sets_the_process_default(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
-    assert load_policy(None).name == "default"
+    assert load_policy(None).name == "default" and load_policy(None).as_written  # decides as written
     monkeypatch.setenv(ENV_VAR, "strict")
     assert load_policy(None).name == "strict"
     monkeypatch.setenv(ENV_VAR, str(write(tmp_path, FULL, "envpol.toml")))
@@ -139,7 +191,7 @@ def test_env_var_typo_names_the_variable(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "nosuch")
     with pytest.raises(PolicyError) as err:
         load_policy(None)
-    assert str(err.value).startswith(f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, strict")
+    assert str(err.value).startswith(f"{ENV_VAR}='nosuch': unknown policy preset 'nosuch'; allowed: as_written, default, fast, rewritten, strict")
 
 
 def test_env_var_typo_fails_at_import():
@@ -173,13 +225,16 @@ def test_op_name_typo_suggests_the_right_case(tmp_path):
 
 
 def test_as_written_preset_key_inheritance_and_identity(tmp_path):
-    default, as_written = load_policy("default"), load_policy("as_written")
-    assert not default.as_written and as_written.as_written
-    assert as_written.classes == default.classes and as_written.parallel == default.parallel
-    assert as_written.digest != default.digest  # the key is part of the identity (cache keys)
+    rewritten, default, as_written = load_policy("rewritten"), load_policy("default"), load_policy("as_written")
+    assert not rewritten.as_written and default.as_written and as_written.as_written
+    assert as_written.classes == rewritten.classes and as_written.parallel == rewritten.parallel
+    assert as_written.digest != rewritten.digest  # the key is part of the identity (cache keys)
+    assert as_written.digest == default.digest  # the alias: the same kernels, the same cache entries
     assert pickle.loads(pickle.dumps(as_written)) == as_written
     assert pickle.loads(pickle.dumps(as_written)).as_written
     child = load_policy(write(tmp_path, 'extends = "as_written"\n[classes.reduction]\nflags = []\n', "child.toml"))
     assert child.as_written  # inherited through extends
     off = load_policy(write(tmp_path, 'extends = "as_written"\n[comparison]\nas_written = false\n', "off.toml"))
-    assert not off.as_written and off.digest == default.digest
+    assert not off.as_written and off.digest == rewritten.digest
+    child = load_policy(write(tmp_path, 'extends = "default"\n[classes.reduction]\nflags = []\n', "dchild.toml"))
+    assert child.as_written  # a user file extending default inherits the as-written decisions

@@ -112,7 +112,7 @@ def test_sum_of_tanh_compared_with_one_equals_strict_at_ties():
     within its budget moves the sum across. The reduction keeps tanh strict."""
     x = pt.matrix("x")
     decide = pt.le(pt.tanh(x).sum(axis=1), 1.0)
-    fn = compile_fn([x], decide, "policy_default", cache_key="tanh_sum_tie")
+    fn = compile_fn([x], decide, "policy_rewritten", cache_key="tanh_sum_tie")
     ref = compile_fn([x], decide, "stock_strict", cache_key="tanh_sum_tie")
     rng = np.random.default_rng(0)
     rows = []
@@ -207,7 +207,7 @@ def _exp_classes(fn) -> list[str]:
 @needs_vm
 def test_categorical_checks_on_softmax_rows_equal_strict_and_leave_exp_free():
     ins, outs = categorical_graph()
-    fn = compile_fn(ins, outs, "policy_default", cache_key="categorical")
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key="categorical")
     ref = compile_fn(ins, outs, "stock_strict", cache_key="categorical")
     rng = np.random.default_rng(11)
     X = categorical_rows(5, rng)
@@ -231,7 +231,7 @@ def test_categorical_checks_on_softmax_rows_equal_strict_and_leave_exp_free():
 )
 def test_categorical_checks_that_depend_on_rounding_keep_exp_strict(variant, why):
     ins, outs = categorical_graph(**variant)
-    fn = compile_fn(ins, outs, "policy_default", cache_key=("categorical", tuple(variant.items())))
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key=("categorical", tuple(variant.items())))
     ref = compile_fn(ins, outs, "stock_strict", cache_key=("categorical", tuple(variant.items())))
     rng = np.random.default_rng(12)
     X = categorical_rows(5, rng)
@@ -246,7 +246,7 @@ def test_a_scatter_add_output_holds_the_targets_values_not_the_bodys():
 
     x, t, idx = pt.vector("x"), pt.vector("t"), pt.lvector("idx")
     out = pt.inc_subtensor(t[idx], pt.exp(x))
-    fn = compile_fn([x, idx, t], [out, pt.ge(out, 0)], "policy_default", cache_key="scatter_range")
+    fn = compile_fn([x, idx, t], [out, pt.ge(out, 0)], "policy_rewritten", cache_key="scatter_range")
     ref = compile_fn([x, idx, t], [out, pt.ge(out, 0)], "stock_strict", cache_key="scatter_range")
     [kernel] = [n for n in fn.maker.fgraph.toposort() if getattr(n.op, "indexed_outputs", None)]
     assert graph_facts(fn.maker.fgraph).vars.get(kernel.outputs[0]) is None
@@ -267,11 +267,11 @@ def test_no_nan_pattern_passes_through_ops_whose_strict_flags_drop_nan_semantics
     from ptnumba_codegen.policy import load_policy
 
     path = tmp_path / "nnan_strict.toml"
-    path.write_text('extends = "default"\n[classes.comparison_sensitive]\nflags = ["nnan"]\n')
+    path.write_text('extends = "rewritten"\n[classes.comparison_sensitive]\nflags = ["nnan"]\n')
     a = ps.float64("a")
     prog = _program([a], [ps.le(abs(a - 1.0), 1e-5)])
     facts = (("range", 0, 1 - 1e-14, 1 + 1e-14),)
-    default = analyze(prog, (), relaxable_under(prog, load_policy("default")), facts)
+    default = analyze(prog, (), relaxable_under(prog, load_policy("rewritten")), facts)
     assert default.needs[prog.inputs[0]] == {NAN}
     nnan = analyze(prog, (), relaxable_under(prog, load_policy(str(path))), facts)
     assert nnan.needs[prog.inputs[0]] == {EXACT}

@@ -45,7 +45,7 @@ def inputs_for(rng, n):
 
 
 @pytest.mark.parametrize(
-    "backend, n", [("policy_strict", 97), ("policy_default", 97), ("policy_default", 120_000)]
+    "backend, n", [("policy_strict", 97), ("policy_rewritten", 97), ("policy_rewritten", 120_000)]
 )  # the large one is split / blocked
 def test_max_min_signed_zeros_match_stock_in_every_layout(backend, n):
     outs = max_min_graphs()
@@ -70,7 +70,7 @@ def test_the_issue_case_agrees_with_stock_and_the_c_backend():
     ref = compile_fn([x], outs, "stock_strict", cache_key="issue_max")(v)
     c = compile_fn([x], outs, "c", cache_key="issue_max")(v)
     assert np.signbit(ref[0]) and np.isneginf(ref[1])
-    for backend in ("policy_strict", "policy_default", "policy_fast"):
+    for backend in ("policy_strict", "policy_rewritten", "policy_fast"):
         with np.errstate(divide="ignore"):
             res = compile_fn([x], outs, backend, cache_key="issue_max")(v)
         for a, b, cc in zip(res, ref, c, strict=True):
@@ -88,13 +88,13 @@ def test_lanes_of_a_dense_full_max():
     for v in (M, np.asfortranarray(M)):
         expected = ref(v)
         assert bool(np.signbit(expected[0])) != bool(np.signbit(expected[1]))
-        for backend in ("policy_strict", "policy_default"):
+        for backend in ("policy_strict", "policy_rewritten"):
             for a, b in zip(compile_fn([X], outs, backend, cache_key="lanes")(v), expected, strict=True):
                 assert_same_bits(a, b)
 
 
 def test_split_and_unsplit_zero_signs_agree():
-    fn = compile_fn([x, X, T], max_min_graphs(), "policy_default", cache_key="maxmin_zeros")
+    fn = compile_fn([x, X, T], max_min_graphs(), "policy_rewritten", cache_key="maxmin_zeros")
     rng = np.random.default_rng(5)
     for _name, xv, Xv, Tv in inputs_for(rng, 150_000)[:3]:
         split = fn(xv, Xv, Tv)

@@ -24,7 +24,7 @@ def test_bitwise_and_reduction_identity_wraps_like_c(dtype):
     from pytensor.tensor.elemwise import CAReduce
 
     outs = [CAReduce(ps.and_, axis=(0,))(x), CAReduce(ps.and_, axis=None)(x)]
-    fn = compile_fn([x], outs, "policy_default", cache_key=("band", dtype))
+    fn = compile_fn([x], outs, "policy_rewritten", cache_key=("band", dtype))
     assert_no_fallback(fn)
     v = np.array([[7, 5, 255 % np.iinfo(dtype).max], [3, 1, 6]], dtype=dtype)
     ref = compile_fn([x], outs, "stock_strict", cache_key=("band", dtype))(v)
@@ -50,7 +50,7 @@ def test_stock_call_of_an_object_mode_fallback():
     x = pt.scalar("x", dtype="int64")
     g = Elemwise(IntegerGamma())(x) + 1
     with pytest.warns(UserWarning, match="object mode"):
-        fn = pytensor.function([x], g, mode=ptnumba_codegen.policy_mode("default"))
+        fn = pytensor.function([x], g, mode=ptnumba_codegen.policy_mode("rewritten"))
     assert_no_fallback(fn)
     assert fn(np.array(5, dtype="int64")) == 25
 
@@ -58,7 +58,7 @@ def test_stock_call_of_an_object_mode_fallback():
 def test_bare_scalar_ops_and_loops_do_not_recurse():
     x = ps.float64("x")
     loop = ScalarLoop(init=[x], update=[ps.psi(x)])
-    fn = pytensor.function([x], [loop(1, x), ps.psi(x) * 2.0], mode=ptnumba_codegen.policy_mode("default"))
+    fn = pytensor.function([x], [loop(1, x), ps.psi(x) * 2.0], mode=ptnumba_codegen.policy_mode("rewritten"))
     nodes = policy_nodes(fn)
     assert nodes and all(ptnumba_codegen.fallback_reason(n) is None for n in nodes)
     res = fn(0.5)

@@ -91,10 +91,10 @@ def test_a_product_by_minus_one_negates_exactly_and_others_stay_strict():
 
 def test_rules_do_not_apply_under_flags_that_break_nan_semantics(tmp_path):
     path = tmp_path / "nnan.toml"
-    path.write_text('extends = "default"\n[classes.transcendental]\nflags = ["nnan", "afn"]\n')
+    path.write_text('extends = "rewritten"\n[classes.transcendental]\nflags = ["nnan", "afn"]\n')
     a = ps.float64("a")
     graph = ([a], [ps.ge(ps.sigmoid(a), 0.0)])
-    assert classes(*graph, policy=load_policy("default"))[0]["Sigmoid"] == "transcendental"
+    assert classes(*graph, policy=load_policy("rewritten"))[0]["Sigmoid"] == "transcendental"
     assert classes(*graph, policy=load_policy(str(path)))[0]["Sigmoid"] == "comparison_sensitive"
 
 
@@ -186,7 +186,7 @@ def decision_graph(dtype):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_robust_decisions_equal_stock_strict_at_the_boundaries(dtype):
     ins, outs, names = decision_graph(dtype)
-    fn = compile_fn(ins, outs, "policy_default", cache_key=("robust", dtype))
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key=("robust", dtype))
     ref = compile_fn(ins, outs, "stock_strict", cache_key=("robust", dtype))
     vals = boundary_inputs(dtype)
     with np.errstate(all="ignore"):
@@ -204,7 +204,7 @@ def test_robust_decisions_equal_stock_strict_at_the_boundaries(dtype):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_the_producers_of_robust_decisions_are_vectorized(dtype):
     ins, outs, _ = decision_graph(dtype)
-    fn = compile_fn(ins, outs, "policy_default", cache_key=("robust", dtype))
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key=("robust", dtype))
     strict_transcendentals, vectorized = [], 0
     for node in policy_nodes(fn):
         body = plan_node(node).body
@@ -228,7 +228,7 @@ def test_a_pymc_style_check_across_nodes_equals_strict():
     ok = pt.all(pt.ge(p, 0)) & pt.all(pt.le(p, 1))
     logp = pt.switch(ok, (y * pt.log(p) + (1 - y) * pt.log1p(-p)).sum(), -np.inf)
     outs = [logp, ok, *pt.grad(logp, [b])]
-    fn = compile_fn([X, b, y], outs, "policy_default", cache_key="robust_check")
+    fn = compile_fn([X, b, y], outs, "policy_rewritten", cache_key="robust_check")
     ref = compile_fn([X, b, y], outs, "stock_strict", cache_key="robust_check")
     rng = np.random.default_rng(3)
     Xv, bv, yv = rng.normal(size=(500, 4)), rng.normal(size=4), rng.integers(0, 2, 500).astype(float)

@@ -85,8 +85,8 @@ if sys.argv[2] == "second":
 x = pt.matrix("x")
 A = pt.matrix("A")
 policies = Path(sys.argv[1]).parent
-(policies / "split.toml").write_text('extends = "default"\n[parallel]\nthreads = "auto"\nmin_elements = 1\n')
-(policies / "one.toml").write_text('extends = "default"\n[parallel]\nthreads = 1\n')
+(policies / "split.toml").write_text('extends = "rewritten"\n[parallel]\nthreads = "auto"\nmin_elements = 1\n')
+(policies / "one.toml").write_text('extends = "rewritten"\n[parallel]\nthreads = 1\n')
 out = [pt.exp(x).sum(axis=1) * 2.0 + pt.log1p(x * x).mean(axis=1), A @ A]
 fs = pytensor.function([x, A], out, mode=ptnumba_codegen.policy_mode(str(policies / "split.toml")))
 f1 = pytensor.function([x, A], out, mode=ptnumba_codegen.policy_mode(str(policies / "one.toml")))

@@ -43,13 +43,13 @@ def assert_close(res, ref, rtol=RTOL):
 def test_workloads_agree_with_stock_strict(key):
     values = WORKLOADS[key].make_inputs()
     ref = workload_fn(key, "stock_strict")(*values)
-    res = workload_fn(key, "policy_default")(*values)
+    res = workload_fn(key, "policy_rewritten")(*values)
     assert_close(res, ref)
 
 
 @pytest.mark.parametrize("key", ["garch", "lv"])
 def test_scalar_scans_compile_as_policy_loops(key):
-    fn = workload_fn(key, "policy_default")
+    fn = workload_fn(key, "policy_rewritten")
     found = scans(fn)
     assert len(found) == 2  # the recursion and its gradient
     for node in found:
@@ -64,7 +64,7 @@ def test_scalar_scans_compile_as_policy_loops(key):
 def test_vector_scan_inner_graph_gets_policy_kernels():
     """The HMM's state is a vector: the Scan keeps the stock loop, its inner kernels are
     the policy's."""
-    fn = workload_fn("hmm", "policy_default")
+    fn = workload_fn("hmm", "policy_rewritten")
     found = scans(fn)
     assert found
     for node in found:
@@ -108,13 +108,13 @@ def tie_results():
     values = _tie_values()
     return {
         b: (compile_fn(inputs, outputs, b, cache_key="scan-tie"), compile_fn(inputs, outputs, b, cache_key="scan-tie")(*values))
-        for b in ("stock_strict", "stock_fast", "policy_default")
+        for b in ("stock_strict", "stock_fast", "policy_rewritten")
     }
 
 
 def test_tie_in_scan_decides_as_stock_strict(tie_results):
     _, ref = tie_results["stock_strict"]
-    fn, res = tie_results["policy_default"]
+    fn, res = tie_results["policy_rewritten"]
     assert all(is_policy_op(n.op) for n in scans(fn))  # the scalar loop decided
     # the decision: which of the product and b the minimum (and its gradient) took
     np.testing.assert_array_equal(res[1] == 0, ref[1] == 0)
@@ -153,8 +153,8 @@ def layout_fns():
     )
     last = xs[-1]  # only the last value: PyTensor truncates the buffer (circular storage)
     outs = [xs, sq, last, pytensor.grad(xs.sum() + sq.sum(), [x0, x1, c])[2]]
-    both = {b: compile_fn([n, x0, x1, c, seq], outs, b, cache_key="scan-layout") for b in ("stock_strict", "policy_default")}
-    last_only = {b: compile_fn([n, x0, x1, c, seq], [last], b, cache_key="scan-layout-last") for b in ("stock_strict", "policy_default")}
+    both = {b: compile_fn([n, x0, x1, c, seq], outs, b, cache_key="scan-layout") for b in ("stock_strict", "policy_rewritten")}
+    last_only = {b: compile_fn([n, x0, x1, c, seq], [last], b, cache_key="scan-layout-last") for b in ("stock_strict", "policy_rewritten")}
     return both, last_only
 
 
@@ -164,8 +164,8 @@ def test_taps_nitsot_truncation_agree(layout_fns, steps):
     seq = np.linspace(-1, 2, 40)
     args = (np.int32(steps), 0.3, -0.7, 1.3, seq)
     for fns in (both, last_only):
-        assert any(is_policy_op(n.op) for n in scans(fns["policy_default"]))
-        assert_close(fns["policy_default"](*args), fns["stock_strict"](*args))
+        assert any(is_policy_op(n.op) for n in scans(fns["policy_rewritten"]))
+        assert_close(fns["policy_rewritten"](*args), fns["stock_strict"](*args))
 
 
 def test_node_that_fails_to_compile_runs_stock(monkeypatch):
@@ -176,7 +176,7 @@ def test_node_that_fails_to_compile_runs_stock(monkeypatch):
     monkeypatch.setattr(kernel, "dry_run", lambda emit, types: "forced by the test")
     w = WORKLOADS["garch"]
     inputs, outputs = w.build()
-    fn = compile_fn(inputs, outputs, "policy_default", inspect_ir=True)  # no disk cache
+    fn = compile_fn(inputs, outputs, "policy_rewritten", inspect_ir=True)  # no disk cache
     values = w.make_inputs()
     res = fn(*values)
     assert all(is_policy_op(n.op) for n in scans(fn))

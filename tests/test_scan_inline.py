@@ -71,7 +71,7 @@ def test_scan_step_calls_no_kernel_entry(inline):
     arrays reference-counted around the call); its chunk function still is one, ``noinline``,
     called directly. Not inlined (the decision patched off): the entry is a function of its
     own, called from the step, as before."""
-    ir = _ir(_compile(_one_kernel_scan, "policy_default", inline), [np.zeros(3)])
+    ir = _ir(_compile(_one_kernel_scan, "policy_rewritten", inline), [np.zeros(3)])
     entry_defs = [line for line in ir.splitlines() if line.startswith("define") and ENTRY.search(line)]
     entry_calls = [line for line in ir.splitlines() if " call " in line and ENTRY.search(line)]
     if inline:
@@ -91,7 +91,7 @@ def test_inlined_step_keeps_every_flag():
     values = WORKLOADS["hmm"].make_inputs()
 
     def flag_counts(inline):
-        ir = _ir(_compile(WORKLOADS["hmm"].build, "policy_default", inline), values)
+        ir = _ir(_compile(WORKLOADS["hmm"].build, "policy_rewritten", inline), values)
         counts: dict = {}
         for table in parse(ir):
             for ins in table.values():
@@ -109,8 +109,8 @@ def test_inlined_step_keeps_every_flag():
 def test_inlined_entries_keep_every_bit(key):
     """The vector-state workloads: logp and gradient identical, inlined or not."""
     values = WORKLOADS[key].make_inputs()
-    on = _compile(WORKLOADS[key].build, "policy_default", True)(*values)
-    off = _compile(WORKLOADS[key].build, "policy_default", False)(*values)
+    on = _compile(WORKLOADS[key].build, "policy_rewritten", True)(*values)
+    off = _compile(WORKLOADS[key].build, "policy_rewritten", False)(*values)
     for a, b in zip(on, off, strict=True):
         assert_same_bits(a, b)
 
@@ -160,7 +160,7 @@ def test_vector_scan_ties_and_special_values_as_stock_strict(inline):
     strict = _compile(_tie_scan, "policy_strict", inline)(*values)
     for a, b in zip(strict, ref, strict=True):
         assert_same_bits(a, b)
-    default = _compile(_tie_scan, "policy_default", inline)(*values)
+    default = _compile(_tie_scan, "policy_rewritten", inline)(*values)
     assert_same_bits(default[0], ref[0])  # the decisions' values: the minimum, bit for bit
     np.testing.assert_array_equal(default[2] == 0, ref[2] == 0)
     np.testing.assert_array_equal(default[3] == 0, ref[3] == 0)

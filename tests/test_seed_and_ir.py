@@ -34,23 +34,30 @@ def test_reference_backends_reproduce_the_issue():
     assert seed_fn("c")(XV, YV, ZV, WV, BV) == pytest.approx([EXPECTED])
 
 
-@pytest.mark.parametrize("policy, expected", [("default", EXPECTED), ("strict", EXPECTED), ("fast", 0.0)])
+@pytest.mark.parametrize(
+    "policy, expected",
+    [("default", EXPECTED), ("rewritten", EXPECTED), ("as_written", EXPECTED), ("strict", EXPECTED), ("fast", 0.0)],
+)
 def test_seed_value_per_policy(policy, expected):
     fn = seed_fn(f"policy_{policy}")
     assert_no_fallback(fn)
     np.testing.assert_allclose(fn(XV, YV, ZV, WV, BV), [expected], rtol=1e-10)
 
 
-def test_seed_at_scale_equals_stock_strict_bitwise():
-    # ties at every element of a long array (vector body and remainder)
+@pytest.mark.parametrize("policy, reference", [("rewritten", "stock_strict"), ("default", "unoptimized_strict")])
+def test_seed_at_scale_equals_its_reference_bitwise(policy, reference):
+    """Ties at every element of a long array (vector body and remainder): `rewritten`
+    equals stock numba strict, `default` (as written) the unoptimized graph strict; `strict`
+    equals stock strict."""
     rng = np.random.default_rng(0)
     n = 1003
     x, y, z, w = (rng.uniform(0.5, 2.0, n) for _ in range(4))
     b = ((x * y) * z) * w
     b[::3] = np.nextafter(b[::3], np.inf)
-    ref = seed_fn("stock_strict")(x, y, z, w, b)
-    np.testing.assert_array_equal(seed_fn("policy_default")(x, y, z, w, b), ref)
-    np.testing.assert_array_equal(seed_fn("policy_strict")(x, y, z, w, b), ref)
+    ref = seed_fn(reference)(x, y, z, w, b)
+    np.testing.assert_array_equal(seed_fn(f"policy_{policy}")(x, y, z, w, b), ref)
+    stock = seed_fn("stock_strict")(x, y, z, w, b)
+    np.testing.assert_array_equal(seed_fn("policy_strict")(x, y, z, w, b), stock)
     assert (ref != 0).sum() > n // 3  # the ties really are ties under strict
 
 
@@ -62,8 +69,9 @@ def _seed_ir(policy):
     return tables
 
 
-def test_final_ir_default_policy_cone_strict_rest_fast():
-    for table in _seed_ir("default"):
+@pytest.mark.parametrize("policy", ["rewritten", "default"])
+def test_final_ir_default_policy_cone_strict_rest_fast(policy):
+    for table in _seed_ir(policy):
         cmps = [i for i in table.values() if i.opcode == "fcmp" and i.predicate == "ole"]
         assert cmps
         cone = backward_cone(table, [c.name for c in cmps])

@@ -131,7 +131,7 @@ def _dot_graph():
 
 def test_loops_beside_a_shared_blas_split_again():
     inputs, out = _dot_graph()
-    fn = compile_fn(inputs, out, "policy_default", cache_key="shared_blas_split")
+    fn = compile_fn(inputs, out, "policy_rewritten", cache_key="shared_blas_split")
     assert "OpenBLAS" not in ptnumba_codegen.explain(fn)
     rng = np.random.default_rng(2)
     Xv, bv = rng.standard_normal((100_000, 4)), rng.standard_normal(4)
@@ -142,9 +142,9 @@ def test_loops_beside_openblas_own_pool_yield_unless_it_has_one_thread():
     threadpoolctl = pytest.importorskip("threadpoolctl")
     inputs, out = _dot_graph()
     with unshared():
-        yielding = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("default"))
+        yielding = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("rewritten"))
         with threadpoolctl.threadpool_limits(1, user_api="blas"):
-            single = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("default"))
+            single = pytensor.function(inputs, out, mode=ptnumba_codegen.policy_mode("rewritten"))
     assert "never split: the function runs ops on OpenBLAS's threads" in ptnumba_codegen.explain(yielding)
     assert "split along axis 0" in ptnumba_codegen.explain(single)
 

@@ -38,7 +38,7 @@ def test_a_small_policy_call_has_no_more_nodes_or_allocations_than_stock(name):
     boxing.restore()  # stock compiled with numba's own boxing, whatever ran before in this process
     try:
         stock = mb.compile_model(model, "stock_fast", seed=0)
-        policy = mb.compile_model(model, "policy_default", seed=0)
+        policy = mb.compile_model(model, "policy_rewritten", seed=0)
     finally:
         if before is not None:
             boxing.configure()

@@ -33,8 +33,9 @@ def policies_of(fn):
     return {n.op.policy.name for n in policy_nodes(fn)}
 
 
-def test_enable_puts_the_policy_under_numba_modes_and_disable_takes_it_away():
-    ptnumba_codegen.enable("default")
+@pytest.mark.parametrize("policy", ["default", "rewritten"])
+def test_enable_puts_the_policy_under_numba_modes_and_disable_takes_it_away(policy):
+    ptnumba_codegen.enable(policy)
     assert ptnumba_codegen.is_enabled()
     on = {label: compile_seed(mode) for label, mode in (
         ("NUMBA", "NUMBA"),
@@ -42,7 +43,7 @@ def test_enable_puts_the_policy_under_numba_modes_and_disable_takes_it_away():
         ("default mode", None),  # pytensor's default: linker "auto" = numba
     )}  # fmt: skip
     for label, fn in on.items():
-        assert policies_of(fn) == {"default"}, label
+        assert policies_of(fn) == {policy}, label
         assert fn(*ARGS) == pytest.approx([EXPECTED]), label
 
     ptnumba_codegen.disable()
@@ -69,17 +70,35 @@ def test_disable_restores_the_registered_tags():
     assert AS_WRITTEN.policy is None and KERNELS.policy is None
 
 
-def test_enable_as_written_decides_the_maintainers_example_as_written():
+def maintainer_graph():
+    a, c, b = pt.vectors("a", "c", "b")
+    return [a, c, b], pytensor.grad(pt.minimum(pt.exp(a) * pt.exp(c), b).sum(), a)
+
+
+@pytest.mark.parametrize("policy", ["default", "as_written"])
+def test_enable_as_written_decides_the_maintainers_example_as_written(policy):
     """The switch turns on the as-written pass too: in a plain NUMBA mode the tie of the
     seed thread's counter-example is decided as written (fast_run alone gives [0.])."""
-    a, c, b = pt.vectors("a", "c", "b")
-    ga = pytensor.grad(pt.minimum(pt.exp(a) * pt.exp(c), b).sum(), a)
-    with ptnumba_codegen.enabled("as_written"):
+    with ptnumba_codegen.enabled(policy):
         assert AS_WRITTEN.policy.as_written
-        fn = pytensor.function([a, c, b], ga, mode="NUMBA")
+        fn = pytensor.function(*maintainer_graph(), mode="NUMBA")
     assert AS_WRITTEN.policy is None  # back off
-    assert policies_of(fn) == {"as_written"}
+    assert policies_of(fn) == {policy}
     assert fn(AV, CV, MAINT_BV)[0] == pytest.approx(MAINT_EXPECTED, rel=1e-6)
+
+
+def test_enable_without_a_policy_decides_as_written(monkeypatch):
+    """``enable()`` with no argument and no $PTNUMBA_CODEGEN_POLICY: the default preset,
+    which decides as written; ``enable("rewritten")`` gives the old default's [0.]."""
+    monkeypatch.delenv(ptnumba_codegen.ENV_VAR, raising=False)
+    policy = ptnumba_codegen.enable()
+    assert policy.name == "default" and policy.as_written
+    assert ptnumba_codegen.enabled_policy() == policy and ptnumba_codegen.enabled_policy().as_written
+    fn = pytensor.function(*maintainer_graph(), mode="NUMBA")
+    assert policies_of(fn) == {"default"}
+    assert fn(AV, CV, MAINT_BV)[0] == pytest.approx(MAINT_EXPECTED, rel=1e-6)
+    assert not ptnumba_codegen.enable("rewritten").as_written
+    assert pytensor.function(*maintainer_graph(), mode="NUMBA")(AV, CV, MAINT_BV)[0] == 0.0
 
 
 def test_resolution_order(monkeypatch):

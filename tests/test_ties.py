@@ -103,7 +103,7 @@ def test_decisions_at_ties_match_stock_strict(specs, seed):
     outputs = decisions + grads
     args = [xvals[x] for x in xs] + thresholds
     ref_fn = compile_fn(xs + bs, outputs, "stock_strict", on_unused_input="ignore")
-    fn = compile_fn(xs + bs, outputs, "policy_default", on_unused_input="ignore")
+    fn = compile_fn(xs + bs, outputs, "policy_rewritten", on_unused_input="ignore")
     assert_no_fallback(fn)
     ref, res = ref_fn(*args), fn(*args)
 

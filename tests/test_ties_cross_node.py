@@ -74,7 +74,7 @@ def test_ties_float32_broadcast_and_cross_node(specs, seed):
     ref = compile_fn(xs_all + bs, outs, "stock_strict", on_unused_input="ignore")(
         *vals, *th
     )
-    fn = compile_fn(xs_all + bs, outs, "policy_default", on_unused_input="ignore")
+    fn = compile_fn(xs_all + bs, outs, "policy_rewritten", on_unused_input="ignore")
     res = fn(*vals, *th)
     for k, (a, e) in enumerate(zip(res, ref)):
         a, e = np.asarray(a), np.asarray(e)

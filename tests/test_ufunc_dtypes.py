@@ -73,7 +73,7 @@ GRAPHS = {
 }
 
 
-@pytest.mark.parametrize("backend", ["policy_strict", "policy_default"])
+@pytest.mark.parametrize("backend", ["policy_strict", "policy_rewritten"])
 def test_issue_graphs_with_small_dtypes_next_to_float64(backend):
     x = pt.vector("x")
     outs = [make(x) for make in GRAPHS.values()]

@@ -29,7 +29,7 @@ def build(dtype):
     return list(xs.values()), outs
 
 
-def vector_fn(dtype, backend="policy_default"):
+def vector_fn(dtype, backend="policy_rewritten"):
     ins, outs = build(dtype)
     return compile_fn(ins, outs, backend, cache_key=("vm", dtype))
 
@@ -82,7 +82,7 @@ def test_results_do_not_depend_on_position_length_or_strides():
         pt.exp(x) * y + z, pt.sigmoid(x), pt.softplus(x) + pt.tanh(y), pt.log1p(pt.abs(x)) + pt.expm1(z),
         pt.gammaln(x) + pt.psi(y) + pt.tri_gamma(z),  # x, y, z < 0: libm lanes, reflections
     ]  # fmt: skip
-    fn = compile_fn([x, y, z], outs, "policy_default", cache_key="repro")
+    fn = compile_fn([x, y, z], outs, "policy_rewritten", cache_key="repro")
     rng = np.random.default_rng(5)
     probe = rng.standard_normal((3, 5)) * 4  # five probe elements per input
     reference = None
@@ -116,9 +116,9 @@ def test_matrices_with_short_rows_give_the_vector_bits_in_every_layout():
     X, Y = pt.matrices("X", "Y")
     row = pt.row("row")
     outs = [pt.exp(X) * Y + 1.0, pt.log(pt.abs(X)), pt.sigmoid(X - row)]
-    fn = compile_fn([X, Y, row], outs, "policy_default", cache_key="short_rows")
+    fn = compile_fn([X, Y, row], outs, "policy_rewritten", cache_key="short_rows")
     x, y, r = pt.vectors("x", "y", "r")
-    vec = compile_fn([x, y, r], [pt.exp(x) * y + 1.0, pt.log(pt.abs(x)), pt.sigmoid(x - r)], "policy_default", cache_key="short_rows_vec")
+    vec = compile_fn([x, y, r], [pt.exp(x) * y + 1.0, pt.log(pt.abs(x)), pt.sigmoid(x - r)], "policy_rewritten", cache_key="short_rows_vec")
     rng = np.random.default_rng(11)
     Xv, Yv = rng.standard_normal((3001, 5)) * 5, rng.standard_normal((3001, 5))
     rv = rng.standard_normal((1, 5))
@@ -134,7 +134,7 @@ def test_matrices_with_short_rows_give_the_vector_bits_in_every_layout():
             assert np.asarray(g).shape == (3001, 5)
     # an inplace kernel (on the Dot's output) takes the flat path too
     A, B = pt.matrices("A", "B")
-    inplace = compile_fn([A, B], [pt.exp(A @ B) + 1.0], "policy_default", cache_key="short_rows_inplace")
+    inplace = compile_fn([A, B], [pt.exp(A @ B) + 1.0], "policy_rewritten", cache_key="short_rows_inplace")
     assert any(n.op.destroy_map for n in policy_nodes(inplace))
     Av, Bv = rng.standard_normal((3001, 3)), rng.standard_normal((3, 5))
     d = compile_fn([A, B], [A @ B], "stock_strict", cache_key="short_rows_dot")(Av, Bv)[0]
@@ -148,7 +148,7 @@ def test_an_inplace_kernel_on_a_non_contiguous_intermediate_compiles():
     the flat loop is only taken for inputs typed contiguous."""
     x = pt.matrix("x", shape=(3, 100))
     idx = pt.matrix("idx", dtype="int64", shape=(10, 5))
-    mode = ptnumba_codegen.policy_mode("default").excluding("fuse_indexed_into_elemwise")
+    mode = ptnumba_codegen.policy_mode("rewritten").excluding("fuse_indexed_into_elemwise")
     fn = pytensor.function([x, idx], pt.exp(x[:, idx]), mode=mode)
     assert any(n.op.destroy_map for n in policy_nodes(fn))
     rng = np.random.default_rng(42)
@@ -172,8 +172,8 @@ def test_static_short_rows_vectorize_and_keep_the_vector_bits():
         e = pt.exp(x - m)
         return [e.sum(axis=1), e.sum(axis=0), pt.max(pt.log1p(pt.abs(x)) * m, axis=1), pt.sigmoid(x) * m]
 
-    static = compile_fn([X, M], graph(X, M), "policy_default", cache_key="static_rows", inspect_ir=True)
-    dynamic = compile_fn([Xd, Md], graph(Xd, Md), "policy_default", cache_key="dynamic_rows")
+    static = compile_fn([X, M], graph(X, M), "policy_rewritten", cache_key="static_rows", inspect_ir=True)
+    dynamic = compile_fn([Xd, Md], graph(Xd, Md), "policy_rewritten", cache_key="dynamic_rows")
     rng = np.random.default_rng(5)
     Xv = rng.standard_normal((n, 3)) * 4
     Xv[::7, 1] = -0.0
@@ -202,7 +202,7 @@ def test_static_short_rows_vectorize_and_keep_the_vector_bits():
 
 def test_strict_and_zero_budget_policies_keep_scalar_libm(tmp_path):
     path = tmp_path / "nobudget.toml"
-    path.write_text('extends = "default"\n[classes.transcendental]\nmax_ulp = 0\n')
+    path.write_text('extends = "rewritten"\n[classes.transcendental]\nmax_ulp = 0\n')
     import ptnumba_codegen
     import pytensor
 
@@ -221,7 +221,7 @@ def test_strict_and_zero_budget_policies_keep_scalar_libm(tmp_path):
 
 def test_comparison_cone_keeps_scalar_libm():
     x, b = pt.vectors("x", "b")
-    fn = compile_fn([x, b], [pt.le(pt.exp(x), b), pt.exp(b)], "policy_default", cache_key="conelibm")
+    fn = compile_fn([x, b], [pt.le(pt.exp(x), b), pt.exp(b)], "policy_rewritten", cache_key="conelibm")
     [node] = policy_nodes(fn)
     plan = plan_node(node)
     exps = [
@@ -249,7 +249,7 @@ if sys.argv[1] == "nolibmvec":
 x = pt.vector("x")
 out = pt.exp(x) * 2.0 + pt.log1p(pt.abs(x))
 with pytensor.config.change_flags(numba__cache=False):
-    fn = pytensor.function([x], out, mode=ptnumba_codegen.policy_mode("default"))
+    fn = pytensor.function([x], out, mode=ptnumba_codegen.policy_mode("rewritten"))
     with pytensor.config.change_flags(numba__fastmath=True):
         ref = pytensor.function([x], out, mode="NUMBA")
 v = np.linspace(-5, 5, 1001)
@@ -259,7 +259,7 @@ print(sorted(set(re.findall(r"@(_ZGV\\w+)\\(", ir))))
 print(vector_math.target_isa(), float(np.max(np.abs(fn(v) - ref(v)) / np.abs(ref(v)))))
 print(bool(np.array_equal(fn(v), ref(v))))
 with pytensor.config.change_flags(numba__cache=False):
-    special = pytensor.function([x], [pt.gammaln(x), pt.psi(x), pt.tri_gamma(x)], mode=ptnumba_codegen.policy_mode("default"))
+    special = pytensor.function([x], [pt.gammaln(x), pt.psi(x), pt.tri_gamma(x)], mode=ptnumba_codegen.policy_mode("rewritten"))
 w = np.linspace(-7.3, 40, 2001)
 print(hashlib.sha256(np.concatenate(special(w)).tobytes()).hexdigest())
 """
@@ -280,7 +280,7 @@ def _run_target(mode, env_extra):
 SPECIAL_FUNCTIONS = ("gammaln", "psi", "tri_gamma")
 
 
-def _special(values, dtype="float64", backend="policy_default"):
+def _special(values, dtype="float64", backend="policy_rewritten"):
     """gammaln, psi, tri_gamma of ``values`` from the shared all-functions function."""
     # scipy's polygamma (stock tri_gamma) never returns for some huge negative arguments
     safe = np.where(values < -1e15, -1e17, values).astype(values.dtype)
@@ -320,7 +320,7 @@ def test_without_libmvec_results_are_scalar_libm():
 def test_switch_branches_give_vector_calls_safe_arguments():
     x = pt.vector("x")
     outs = [pt.switch(x > 0, pt.log(x), -1.0) + 1.0, pt.switch(pt.isnan(x), 0.0, pt.exp(x) * 2.0)]
-    fn = compile_fn([x], outs, "policy_default", cache_key="guards")
+    fn = compile_fn([x], outs, "policy_rewritten", cache_key="guards")
     guards = [g for n in policy_nodes(fn) for g in plan_node(n).body.guards.values()]
     assert sorted(g[1] for g in guards) == [False, True]  # log guarded by x>0, exp by not isnan
     v = np.array([2.0, 0.0, -0.0, -3.0, np.inf, -np.inf, np.nan, 1e-310, 700.0, 710.0])
@@ -374,7 +374,7 @@ def test_gammaln_psi_of_integers_are_vectorized():
     # gammaln(y + 1) of integer data (pm.Data): stock converts to float inside math.lgamma
     i64, i32, i8 = pt.vector("a", dtype="int64"), pt.vector("b", dtype="int32"), pt.vector("c", dtype="int8")
     ins, outs = [i64, i32, i8], [pt.gammaln(i64 + 1), pt.psi(i32), pt.gammaln(i8)]
-    fn = compile_fn(ins, outs, "policy_default", cache_key="int_special")
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key="int_special")
     labels = [getattr(e, "label", None) for n in policy_nodes(fn) for e in plan_node(n).body.emitters]
     assert sorted(lab for lab in labels if lab) == ["vector digamma (float64)", "vector lgamma (float32)",
                                                     "vector lgamma (float64)"]  # fmt: skip
@@ -404,7 +404,7 @@ def test_saturated_exp_lanes_get_libms_bits(dtype):
     special = np.array([-np.inf, np.inf, np.nan, -1e30, 1e30, 0.0, -0.0], dtype=dtype)
     vals = np.concatenate([*near, wide, special, np.full(64, -np.inf, dtype=dtype)])
     x = pt.vector("x", dtype=dtype)
-    fn = compile_fn([x], pt.exp(x) * 1.0, "policy_default", cache_key=("saturated_exp", dtype))
+    fn = compile_fn([x], pt.exp(x) * 1.0, "policy_rewritten", cache_key=("saturated_exp", dtype))
     ref = compile_fn([x], pt.exp(x) * 1.0, "stock_strict", cache_key=("saturated_exp", dtype))
     with np.errstate(all="ignore"):
         got, want = fn(vals), ref(vals)
@@ -436,7 +436,7 @@ def test_log_at_zero_and_inf_gets_libms_bits_off_the_callout(dtype):
     vals = np.concatenate([around, np.repeat(around, 5), mostly_zero, rng.permutation(np.resize(around, 400))])
     x = pt.vector("x", dtype=dtype)
     outs = [pt.log(x) * 1.0, pt.eq(pt.log(x), -np.inf)]
-    fn = compile_fn([x], outs, "policy_default", cache_key=("log_points", dtype))
+    fn = compile_fn([x], outs, "policy_rewritten", cache_key=("log_points", dtype))
     ref = compile_fn([x], outs, "stock_strict", cache_key=("log_points", dtype))
     with np.errstate(all="ignore"):
         (got, got_eq), (want, want_eq) = fn(vals), ref(vals)
@@ -457,7 +457,7 @@ def test_a_body_with_a_stock_call_keeps_scalar_transcendentals():
     transcendentals get their scalar forms (libm), so the kernel is as fast as stock's."""
     x, y = pt.vectors("x", "y")
     out = pt.erfcx(x) + pt.exp(y) * pt.sigmoid(x) + pt.log1p(pt.exp(-y))
-    fn = compile_fn([x, y], out, "policy_default", cache_key="stock_call_body")
+    fn = compile_fn([x, y], out, "policy_rewritten", cache_key="stock_call_body")
     ref = compile_fn([x, y], out, "stock_strict", cache_key="stock_call_body")
     [node] = policy_nodes(fn)
     body = plan_node(node).body
@@ -466,7 +466,7 @@ def test_a_body_with_a_stock_call_keeps_scalar_transcendentals():
     xv, yv = rng.uniform(-5, 5, 3000), rng.uniform(-30, 30, 3000)
     np.testing.assert_allclose(fn(xv, yv), ref(xv, yv), rtol=8 * np.finfo("float64").eps)
     # without the stock call the same transcendentals are vector calls
-    plain = compile_fn([x, y], pt.exp(y) * pt.sigmoid(x), "policy_default", cache_key="no_stock_call_body")
+    plain = compile_fn([x, y], pt.exp(y) * pt.sigmoid(x), "policy_rewritten", cache_key="no_stock_call_body")
     assert all(plan_node(n).body.uses_vector_math for n in policy_nodes(plain))
 
 
@@ -493,7 +493,7 @@ def _log_reference(name, v):
     if name == "keepdims":
         return None
     y = pt.matrix("y")
-    log_fn = compile_fn([y], pt.log(y), "policy_default", cache_key=("inplace_A", "plain_log"))
+    log_fn = compile_fn([y], pt.log(y), "policy_rewritten", cache_key=("inplace_A", "plain_log"))
     view = {"columns": lambda s: s[:, ::2], "rows": lambda s: s[::2], "transposed": lambda s: s.T}[name]
     return log_fn(np.ascontiguousarray(view(np.sort(v, axis=1))))
 
@@ -504,7 +504,7 @@ def test_in_place_log_on_intermediate_views(name):
     C-contiguous at run time: its libmvec calls are in a vector loop (before, the nest's
     run-time strides left every call to do one lane's work). Either path gives the bits of
     the flat vector loop; values near stock strict within the log budget."""
-    fn = _in_place_fn(name, "policy_default")
+    fn = _in_place_fn(name, "policy_rewritten")
     logs = [n for n in fn.maker.fgraph.toposort() if "Log" in str(n.op)]
     assert logs and all(n.op.scalar_op.__class__.__name__ == "Log" for n in logs)
     assert any(getattr(n.op, "destroy_map", {}) for n in logs), "the graph no longer has an in-place Log"
@@ -528,7 +528,7 @@ def test_in_place_log_on_contiguous_expand_dims_is_vectorized():
     libmvec log calls its vector variant (the loop over the (n, 1) rows is vectorized)."""
     import re
 
-    fn = _in_place_fn("keepdims", "policy_default")
+    fn = _in_place_fn("keepdims", "policy_rewritten")
     fn(np.ones((N_INPLACE, 5)))  # numba compiles at the first call (another test may not have made it)
     ir = final_ir(fn)
     vectorized = []
@@ -585,7 +585,7 @@ def test_a_short_inner_axis_with_reductions_is_vectorized():
     (2.2x stock's time on the Cox model's kernel); the loop's force hint
     (`loop.FORCE_VECTORIZE_WHEN`) vectorizes it. Values as the sums' flags allow."""
     inputs, outs = _cox_graph()
-    fn = compile_fn(inputs, outs, "policy_default", cache_key="cox_rows", inspect_ir=True)
+    fn = compile_fn(inputs, outs, "policy_rewritten", cache_key="cox_rows", inspect_ir=True)
     vals = _cox_values()
     with np.errstate(all="ignore"):
         got = fn(*vals)
@@ -607,7 +607,7 @@ def test_a_strict_row_sum_is_not_reordered_by_the_force_hint():
     w, b = pt.tensor("w", shape=(None, 1)), pt.vector("b")
     s = pt.switch(m, 0.0, pt.log(x) * w).sum(axis=1)
     outs = [pt.le(s, b), pt.switch(m, 0.0, pt.exp(x) * w).sum(axis=1)]  # exp: vector calls in the body
-    fn = compile_fn([x, m, w, b], outs, "policy_default", cache_key="strict_rows")
+    fn = compile_fn([x, m, w, b], outs, "policy_rewritten", cache_key="strict_rows")
     ref = compile_fn([x, m, w, b], outs, "stock_strict", cache_key="strict_rows")
     rng = np.random.default_rng(13)
     xv, mv, wv = rng.uniform(0.1, 3.0, (500, 64)), rng.random((500, 64)) < 0.3, rng.uniform(0.5, 2.0, (500, 1))

@@ -48,7 +48,7 @@ CHILD = textwrap.dedent(
         "preset_dir": str(preset_dir()),
         "results": results,
         "extended": [extended.name, extended.classes["reduction"].flags == ()],
-        "as_written": [load_policy("as_written").as_written, load_policy("default").as_written],
+        "as_written": [load_policy(n).as_written for n in ("as_written", "default", "rewritten")],
     }))
     """
 )
@@ -143,9 +143,10 @@ def test_installed_wheel_loads_every_preset_and_compiles_the_seed(built):
     results = out["results"]
     assert set(results) == set(PRESETS)
     assert results["default"] == pytest.approx(EXPECTED)
+    assert results["rewritten"] == pytest.approx(EXPECTED)
     assert results["strict"] == pytest.approx(EXPECTED)
     assert results["fast"] == 0.0
     assert "as_written" in results  # the as-written pass runs from the wheel too
     assert results["as_written"] == pytest.approx(EXPECTED)
-    assert out["as_written"] == [True, False]
+    assert out["as_written"] == [True, True, False]  # default decides as written
     assert out["extended"] == ["mine", True]

@@ -76,7 +76,7 @@ def as_list(res):
 
 @pytest.mark.parametrize("name", list(GRAPHS))
 def test_every_float_kernel_is_generated_and_matches_stock_strict(name):
-    fn = compiled(name, "policy_default")
+    fn = compiled(name, "policy_rewritten")
     kernels = [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, KERNEL_TYPES)]
     assert kernels
     for node in kernels:
@@ -99,7 +99,7 @@ def test_clip_example():
     vals = GRAPHS["grad_clip"][2]
     assert compiled("grad_clip", "stock_fast")(*vals)[0] == 0.0  # the stock bug
     np.testing.assert_allclose(compiled("grad_clip", "c")(*vals), [EXPECTED], rtol=1e-10)
-    np.testing.assert_allclose(compiled("grad_clip", "policy_default")(*vals), [EXPECTED], rtol=1e-10)
+    np.testing.assert_allclose(compiled("grad_clip", "policy_rewritten")(*vals), [EXPECTED], rtol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["eq_sum", "le_sum", "eq_dot_sum"])
@@ -107,7 +107,7 @@ def test_ties_through_reductions_equal_strict(name):
     vals = GRAPHS[name][2]
     strict = compiled(name, "stock_strict")(*vals)
     assert np.asarray(strict).item() != 0  # the ties are ties under strict
-    np.testing.assert_array_equal(compiled(name, "policy_default")(*vals), strict)
+    np.testing.assert_array_equal(compiled(name, "policy_rewritten")(*vals), strict)
 
 
 def test_cross_node_comparison_makes_the_producer_strict():
@@ -116,7 +116,7 @@ def test_cross_node_comparison_makes_the_producer_strict():
     # reshape + a non-elemwise op between the product and the comparison
     q = p.reshape((-1, 1))
     out = pt.switch(pt.le(q, b[:, None]), 1.0, 0.0).sum() + pt.dot(p, p)
-    fn = compile_fn([x, y, z, w, b], out, "policy_default", cache_key="crossnode")
+    fn = compile_fn([x, y, z, w, b], out, "policy_rewritten", cache_key="crossnode")
     producers = [n for n in fn.maker.fgraph.toposort() if is_policy_op(n.op) and n.op.sensitive_outputs]
     assert producers, "no node was told its output is compared elsewhere"
     ref = compile_fn([x, y, z, w, b], out, "stock_strict", cache_key="crossnode")
@@ -133,7 +133,7 @@ def test_a_value_compared_after_a_check_is_compared_before_it():
     x, y, z, w, b = vecs()
     p = Assert("b positive")(x * y * z * w, pt.all(b > 0))
     gx = pytensor.grad(pt.minimum(p, b).sum(), x)
-    fn = compile_fn([x, y, z, w, b], gx, "policy_default", cache_key="through_check")
+    fn = compile_fn([x, y, z, w, b], gx, "policy_rewritten", cache_key="through_check")
     [product] = [n for n in fn.maker.fgraph.toposort() if is_policy_op(n.op) and n.op.sensitive_outputs]
     assert product.outputs[0] in [i for n in fn.maker.fgraph.toposort() if "Assert" in str(n.op) or "Check" in str(n.op) for i in n.inputs]
     ref = compile_fn([x, y, z, w, b], gx, "stock_strict", cache_key="through_check")
@@ -153,7 +153,7 @@ def test_a_diagonal_compared_makes_its_producer_strict():
     M, b = pt.matrix("M"), pt.vector("b")
     K = 3.0 * pt.exp(M)
     outs = [pt.le(pt.diagonal(K), b), K]
-    fn = compile_fn([M, b], outs, "policy_default", cache_key="diag_compared")
+    fn = compile_fn([M, b], outs, "policy_rewritten", cache_key="diag_compared")
     ref = compile_fn([M, b], outs, "stock_strict", cache_key="diag_compared")
     assert any(isinstance(n.op, ExtractDiag) for n in fn.maker.fgraph.toposort())  # not a gather
     Mv = np.random.default_rng(0).uniform(-5.0, 5.0, (300, 300))
@@ -165,7 +165,7 @@ def test_a_diagonal_compared_makes_its_producer_strict():
 def test_reduction_result_compared_is_strict_and_sums_stay_fast():
     x, y, c = pt.vectors("x", "y", "c")
     fns = {
-        name: compile_fn(ins, out, "policy_default", inspect_ir=True, cache_key=("redir", name))
+        name: compile_fn(ins, out, "policy_rewritten", inspect_ir=True, cache_key=("redir", name))
         for name, ins, out in [("sum", [x], x.sum()), ("compared", [x, y, c], pt.eq((x * y).sum(), c[0]))]
     }
     fns["sum"](XV)
@@ -183,7 +183,7 @@ def test_scan_and_opfromgraph_inner_kernels_are_generated():
     ofg = OpFromGraph([a, b], [pt.exp(a) * b + pt.minimum(a * b * a, b)])
     res, _ = pytensor.scan(lambda xi, acc: acc * xi + pt.exp(xi), sequences=[x], outputs_info=[pt.zeros(())])
     outs = [ofg(x, y), res[-1]]
-    fn = compile_fn([x, y], outs, "policy_default", cache_key="inner")
+    fn = compile_fn([x, y], outs, "policy_rewritten", cache_key="inner")
     inner_kernels = []
     for node in fn.maker.fgraph.toposort():
         inner = getattr(node.op, "fgraph", None)
@@ -236,7 +236,7 @@ def test_indexed_fused_elemwise_runs_our_core_in_the_stock_loop():
     from ptnumba_codegen.backend.plans import plan_node
 
     ins, outs = _indexed_graph(transcendental=False)
-    fn = compile_fn(ins, outs, "policy_default", cache_key="indexed_arith")
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key="indexed_arith")
     fused = _indexed_fused(fn)
     assert fused and all(is_policy_op(n.op) for n in fused)
     for node in fused:
@@ -257,7 +257,7 @@ def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch
     from ptnumba_codegen.backend.plans import plan_node
 
     ins, outs = _indexed_graph(transcendental=True)
-    fn = compile_fn(ins, outs, "policy_default", cache_key="indexed")
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key="indexed")
     fused = _indexed_fused(fn)
     assert fused and all(is_policy_op(n.op) for n in fused)
     plans = [plan_node(n) for n in fused]
@@ -272,7 +272,7 @@ def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch
 
     # the same kernels as one fused indexed loop (the rule switched off): the same bits
     monkeypatch.setattr(indexed_parts, "PARTS_WHEN", (*indexed_parts.PARTS_WHEN, (lambda op, body: False, "off")))
-    loop = compile_fn(ins, outs, "policy_default", cache_key="indexed_unsplit")
+    loop = compile_fn(ins, outs, "policy_rewritten", cache_key="indexed_unsplit")
     assert {plan_node(n).kind for n in _indexed_fused(loop)} == {"stock_loop"}
     joined = loop(*_indexed_values())
     np.testing.assert_array_equal(split[1], joined[1])  # the gradient: gather, exp, scatter-add
@@ -288,7 +288,7 @@ def test_prod_without_zeros_reduction():
 
     X = pt.matrix("X")
     outs = [ProdWithoutZeros(axis=(0,))(X), ProdWithoutZeros(axis=None)(X)]
-    fn = compile_fn([X], outs, "policy_default", cache_key="pwz")
+    fn = compile_fn([X], outs, "policy_rewritten", cache_key="pwz")
     assert all(ptnumba_codegen.fallback_reason(n) is None for n in fn.maker.fgraph.toposort() if is_policy_op(n.op))
     v = np.array([[0.0, 2.0, 3.0], [4.0, 0.0, 0.5], [1.5, 0.0, 2.0]])
     ref = compile_fn([X], outs, "stock_strict", cache_key="pwz")(v)
@@ -311,7 +311,7 @@ def test_indexed_writes_with_moved_axes_keep_the_fused_loop(target_shape, val_sh
     val = pt.tensor("val", shape=val_shape)
     out = target[(*(slice(None),) * (len(target_shape) - 1), idx)].inc(pt.exp(val))
     key = f"moved_axes_{target_shape}_{val_shape}"
-    fn = compile_fn([val, target], out, "policy_default", cache_key=key)
+    fn = compile_fn([val, target], out, "policy_rewritten", cache_key=key)
     [node] = _indexed_fused(fn)
     moved = len(val_shape) < len(target_shape)
     assert plan_node(node).kind == ("stock_loop" if moved else "parts")

@@ -48,7 +48,7 @@ class PolicyCodegen(GraphRewriter):
     ScalarCAReduce, scalar ops on native scalars) a policy-carrying op.
 
     ``policy=None`` resolves the process default (``PTNUMBA_CODEGEN_POLICY`` or
-    ``default``) each time it runs. ``kinds`` (op classes) limits it to those nodes;
+    ``default``, decisions as written) each time it runs. ``kinds`` (op classes) limits it to those nodes;
     ``outer_pools`` names thread pools (`pools.POOLS`) used besides the graph's own (an
     as-written copy's inner graph: those of the function it is part of). The
     instance registered in ``optdb`` (`modes.KERNELS`) is the process-wide switch's:

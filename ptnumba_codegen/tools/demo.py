@@ -43,7 +43,7 @@ def seed_example() -> list[tuple[str, float]]:
         rows.append((label, float(fn(xv, yv, zv, wv, bv)[0])))
     fn = pytensor.function([x, y, z, w, b], gx, mode=Mode(linker="cvm", optimizer="fast_run"))
     rows.append(("C backend (cvm)", float(fn(xv, yv, zv, wv, bv)[0])))
-    for policy in ("default", "strict", "fast"):
+    for policy in ("default", "rewritten", "strict", "fast"):
         fn = pytensor.function([x, y, z, w, b], gx, mode=ptnumba_codegen.policy_mode(policy))
         rows.append((f"ptnumba_codegen policy '{policy}'", float(fn(xv, yv, zv, wv, bv)[0])))
     return rows

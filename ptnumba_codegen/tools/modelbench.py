@@ -55,7 +55,7 @@ log = logging.getLogger("ptnumba_codegen.tools.modelbench")
 #: Timed backends, in column order (``jax`` is dropped when JAX is not importable).
 BACKENDS = ("stock_fast", "jax", "policy_default", "policy_default_1t")
 #: Also accepted by ``--backends``: ``c`` (the reference) and the other policy presets.
-EXTRA_BACKENDS = ("c", "stock_strict", "policy_strict", "policy_fast", "policy_as_written")
+EXTRA_BACKENDS = ("c", "stock_strict", "policy_strict", "policy_fast", "policy_as_written", "policy_rewritten")
 REFERENCE = "c"
 SHORT = {
     "stock_fast": "stock",
@@ -66,6 +66,7 @@ SHORT = {
     "policy_strict": "ps",
     "policy_fast": "pf",
     "policy_as_written": "paw",
+    "policy_rewritten": "prw",
     "c": "c",
 }
 SIZES = (1_000, 100_000)

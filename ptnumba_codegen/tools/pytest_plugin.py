@@ -24,7 +24,8 @@ imported during collection. PyTensor's own conftest.py adds
 every flag that was added or changed in ``PYTENSOR_FLAGS`` since the import.
 
 The policy is the process default: ``--ptnumba-policy`` (preset name or TOML path) if
-given, else the ``PTNUMBA_CODEGEN_POLICY`` environment variable, else ``default``. It is
+given, else the ``PTNUMBA_CODEGEN_POLICY`` environment variable, else ``default`` (decisions
+as written; ``--ptnumba-policy rewritten`` for decisions from the rewritten graph). It is
 loaded and validated at configure time, so a typo stops the session before collection.
 
 The header shows the policy (name, file, digest) and the pytensor (with its location) /
@@ -65,8 +66,8 @@ def pytest_addoption(parser):
         action="store",
         default=None,
         metavar="POLICY",
-        help="Policy for every numba mode: preset name (default, strict, fast, as_written) or TOML "
-        "path. Overrides $PTNUMBA_CODEGEN_POLICY (default: 'default').",
+        help="Policy for every numba mode: preset name (default, rewritten, strict, fast, as_written) or "
+        "TOML path. Overrides $PTNUMBA_CODEGEN_POLICY (default: 'default').",
     )
 
 

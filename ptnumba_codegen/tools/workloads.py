@@ -19,12 +19,16 @@ Backends:
 
 ``stock_fast``      stock numba linker, ``numba__fastmath=True`` (PyTensor's default flag set)
 ``stock_strict``    stock numba linker, ``numba__fastmath=False``
-``policy_default``  `ptnumba_codegen.policy_mode("default")`
+``policy_default``  `ptnumba_codegen.policy_mode("default")`: decisions as written
+                    (``[comparison] as_written = true``), fast math elsewhere
 ``policy_strict``   `ptnumba_codegen.policy_mode("strict")`
 ``policy_default_1t`` `policy_default` with ``[parallel] threads = 1``: every loop on the
                     calling thread, to show what the thread split adds
-``policy_as_written`` `ptnumba_codegen.policy_mode("as_written")`: default, and every decision
-                    computed from its cone as written (``[comparison] as_written``)
+``policy_rewritten`` `ptnumba_codegen.policy_mode("rewritten")`: the default before issue 21,
+                    decisions computed from the rewritten graph (the reference to compare
+                    ``policy_default`` with)
+``policy_as_written`` `ptnumba_codegen.policy_mode("as_written")`: an alias of ``default``
+                    (the same policy; not in the default selection)
 ``policy_fast``     `ptnumba_codegen.policy_mode("fast")` (not in the default selection)
 ``jax``             ``Mode(linker="jax", optimizer="fast_run")``, only when ``import jax`` works
 
@@ -48,8 +52,8 @@ GROUPS = ("core", "reduction", "transcendental")
 LOG_SQRT_2PI = 0.9189385332046727
 
 #: Backends every runner knows, in table order. ``jax`` is appended when available.
-BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_default_1t", "policy_strict", "policy_as_written")
-EXTRA_BACKENDS = ("policy_fast", "jax")
+BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_default_1t", "policy_strict", "policy_rewritten")
+EXTRA_BACKENDS = ("policy_as_written", "policy_fast", "jax")
 ALL_BACKENDS = BACKENDS + EXTRA_BACKENDS
 
 DEFAULT_SEED = 20240611
