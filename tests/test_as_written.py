@@ -578,6 +578,65 @@ def test_a_copy_spelled_with_other_value_moves_merges_with_the_rest():
         assert np.array_equal(g == 0, g_ref == 0), (a0, g, g_ref)
 
 
+def sliced_tail_fn(backend):
+    """PyMC's split of a flat parameter vector: ``x[17:][k]``, each element in a decision."""
+    x = pt.vector("x", shape=(22,))
+    ys = [x[17:][k] for k in range(5)]
+    out = sum(pt.switch(pt.gt(pt.exp(y) * 3.0, 2.0), y, 0.0) for y in ys) + sum(pt.exp(y) * 3.0 for y in ys)
+    with pytensor.config.change_flags(on_opt_error="raise"):
+        return compile_fn([x], [out, pytensor.grad(out, x)], backend, cache_key="sliced_tail")
+
+
+def test_merged_slices_of_a_copy_have_constant_bounds_like_the_rest():
+    """Put back, a copy's ``x[17:][k]`` is merged into one subtensor whose bounds
+    `local_subtensor_merge_slice` writes as index arithmetic on constants; folded
+    (`INDEX_ARITHMETIC_FOLDS`), they are the rest's constant bounds: no all-constant
+    Composite reaches PyTensor's `local_inline_composite_constants` (which failed on it with
+    a logged traceback, GLM_discrete_choice_correlated) and merge keeps one subtensor per
+    element. Bits equal the graph as written, at the decisions' ties and special values."""
+    from pytensor.graph.basic import Constant
+
+    fn, ref = sliced_tail_fn("policy_default"), sliced_tail_fn("unoptimized_strict")
+    constant_only = [
+        n for n in fn.maker.fgraph.apply_nodes if n.inputs and all(isinstance(i, Constant) for i in n.inputs)
+    ]
+    assert all(type(n.op).__name__ == "Alloc" for n in constant_only), constant_only
+    counts = scalar_op_counts(fn)
+    assert counts["Subtensor"] == scalar_op_counts(sliced_tail_fn("policy_rewritten"))["Subtensor"], counts
+    tie = np.log(2.0 / 3.0)
+    for tail in ([tie, tie, 0.0, -1.0, 1.0], [tie, np.nextafter(tie, 1.0), np.nextafter(tie, -1.0), -30.0, 30.0]):
+        v = np.concatenate([np.linspace(-1.0, 1.0, 17), tail])
+        for r, e in zip(fn(v), ref(v), strict=True):
+            assert_same_bits(r, e)
+    # at special values the decisions (the gradient's zeros) are the reference's; the values
+    # beside them are the rewritten rest's (docs/policies.md "Limits")
+    v = np.concatenate([np.linspace(-1.0, 1.0, 17), [np.nan, np.inf, -np.inf, tie, -np.inf]])
+    (_, g), (_, g_ref) = fn(v), ref(v)
+    assert np.array_equal(g == 0, g_ref == 0), (g, g_ref)
+
+
+def test_index_arithmetic_folds_only_integer_constants():
+    """The fold evaluates integer and boolean ops only; a float op or an integer division
+    on constants stays as written."""
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.tensor.basic import ScalarFromTensor
+
+    from ptnumba_codegen.as_written.value_moves import INDEX_ARITHMETIC_FOLDS, fold_index_arithmetic
+
+    i17, i0, i22 = pt.constant(17), pt.constant(0), pt.constant(22)
+    folded = pt.switch(pt.lt(i17, i0), i17 + i22, i17)
+    kept = [pt.constant(2.0) * pt.constant(3.0), pt.constant(7) // pt.constant(2), pt.lt(pt.constant(0.5), i0)]
+    fg = FunctionGraph([], [folded, ScalarFromTensor()(folded), *kept], clone=True)
+    from pytensor.graph.rewriting.basic import in2out
+
+    in2out(fold_index_arithmetic, ignore_newtrees=False).apply(fg)
+    assert [type(o.owner.op).__name__ if o.owner else "constant" for o in fg.outputs] == [
+        "constant", "constant", "Elemwise", "Elemwise", "Elemwise"
+    ]
+    assert fg.outputs[0].data == 17 and fg.outputs[1].data == 17
+    assert all(isinstance(reason, str) and reason for reason in INDEX_ARITHMETIC_FOLDS.values())
+
+
 def test_a_copy_holding_allocdiag_compiles_and_keeps_the_references_bits():
     """``pt.diag`` (AllocDiag, a SymbolicOp) in a decision's cone gets an own copy; only the
     fusible symbolic ops (Softmax, LogSumExp, ...) are inlined into copies: expanding

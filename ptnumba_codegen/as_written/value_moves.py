@@ -16,9 +16,13 @@ strictly, as it compiles any decision's cone under ``default``.
 
 from __future__ import annotations
 
+from pytensor.graph.basic import Constant
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
+from pytensor.scalar import basic as ps
+from pytensor.tensor.basic import ScalarFromTensor
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.rewriting import elemwise, shape, subtensor, uncanonicalize
+from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 # rewrite -> why it moves values only (no arithmetic is evaluated or re-associated)
 VALUE_MOVE_REWRITES = {
@@ -37,6 +41,55 @@ VALUE_MOVE_REWRITES = {
     subtensor.local_uint_constant_indices: "constant indices in the smallest unsigned "
     "dtype that holds them: the same positions",
 }
+
+
+# scalar op -> why its value over integer and boolean constants may be folded. Merging two
+# slices (`local_subtensor_merge_slice`) writes the merged bounds as index arithmetic on the
+# slices' constants (``switch(lt(17, 0), 17 + 22, 17)``); canonicalize's constant folding
+# folds that arithmetic in the rest of the graph, but a copy is put back after it has run,
+# so the copy's bounds stayed computed: they did not merge with the rest's constant bounds,
+# and fusion made an all-constant Composite that PyTensor's `local_inline_composite_constants`
+# fails on (a logged traceback; GLM_discrete_choice_correlated). Integer arithmetic has one
+# value: numpy (which folds) and the numba kernels (which the reference runs) wrap and
+# compare alike. Division and remainder are left out (a zero divisor raises or not by
+# error model).
+INDEX_ARITHMETIC_FOLDS = {
+    ps.Add: "two's-complement sum, wrapping alike in numpy and numba",
+    ps.Sub: "two's-complement difference, as Add",
+    ps.Mul: "two's-complement product, as Add",
+    ps.Neg: "two's-complement negation, as Add",
+    ps.Maximum: "one of its operands",
+    ps.Minimum: "one of its operands",
+    ps.LT: "a comparison of integers: one answer",
+    ps.GT: "a comparison of integers: one answer",
+    ps.LE: "a comparison of integers: one answer",
+    ps.GE: "a comparison of integers: one answer",
+    ps.EQ: "a comparison of integers: one answer",
+    ps.NEQ: "a comparison of integers: one answer",
+    ps.Switch: "one of its branches, chosen by an integer or boolean condition",
+    ps.AND: "bitwise, one answer",
+    ps.OR: "bitwise, one answer",
+    ps.XOR: "bitwise, one answer",
+    ps.Invert: "bitwise, one answer",
+    ps.Identity: "its operand",
+}
+
+
+def _integral(var) -> bool:
+    return var.type.dtype == "bool" or var.type.dtype.startswith(("int", "uint"))
+
+
+@node_rewriter([Elemwise, ScalarFromTensor])
+def fold_index_arithmetic(fgraph, node):
+    """Fold an `INDEX_ARITHMETIC_FOLDS` op on integer or boolean constants (its outputs
+    too), and the `ScalarFromTensor` reading the result as a subtensor's index (a move)."""
+    if isinstance(node.op, Elemwise) and type(node.op.scalar_op) not in INDEX_ARITHMETIC_FOLDS:
+        return None
+    if not all(isinstance(v, Constant) for v in node.inputs):
+        return None
+    if not all(_integral(v) for v in (*node.inputs, *node.outputs)):
+        return None
+    return unconditional_constant_folding.fn(fgraph, node)
 
 
 @node_rewriter([DimShuffle])
@@ -61,10 +114,10 @@ def spell_like_the_rest(fgraph, outputs) -> None:
     # checks computed ``shape / exp(eta)`` and its pow twice, in two kernels); merged first,
     # the op has several readers and stays
     first = [compose_dimshuffles if r is elemwise.local_dimshuffle_lift else r for r in VALUE_MOVE_REWRITES]
-    in2out(*first, ignore_newtrees=False).apply(fgraph, start_from=outputs)
+    in2out(*first, fold_index_arithmetic, ignore_newtrees=False).apply(fgraph, start_from=outputs)
     MergeOptimizer().rewrite(fgraph)
     outputs = [v for v in outputs if v in fgraph.clients]
-    in2out(*VALUE_MOVE_REWRITES, ignore_newtrees=False).apply(fgraph, start_from=outputs)
+    in2out(*VALUE_MOVE_REWRITES, fold_index_arithmetic, ignore_newtrees=False).apply(fgraph, start_from=outputs)
     MergeOptimizer().rewrite(fgraph)
 
 
