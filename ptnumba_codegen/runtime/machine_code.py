@@ -45,6 +45,7 @@ import threading
 import weakref
 
 from numba.core import codegen as numba_codegen
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 from ptnumba_codegen.runtime import env_choice
@@ -108,12 +109,13 @@ class OnDemandLibrary(numba_codegen.JITCodeLibrary):
 
     def emit_machine_code(self) -> None:
         """Hand the module to MCJIT and emit its machine code now (once)."""
-        if self._machine_code_pending:
-            self._machine_code_pending = False
-            cleanup = self._codegen._add_module(self._final_module)
-            if cleanup:
-                weakref.finalize(self, cleanup)
-            self._finalize_specific()
+        with global_compiler_lock:  # numba's: MCJIT and the pending environments are shared
+            if self._machine_code_pending:
+                self._machine_code_pending = False
+                cleanup = self._codegen._add_module(self._final_module)
+                if cleanup:
+                    weakref.finalize(self, cleanup)
+                self._finalize_specific()
 
     @property
     def machine_code_pending(self) -> bool:
