@@ -64,7 +64,7 @@ def test_the_users_malloc_settings_win():
 
 
 def test_a_bad_setting_names_the_variable_and_the_allowed_values(monkeypatch):
-    monkeypatch.setattr(allocator, "_state", None)
+    monkeypatch.setattr(allocator.SETTING, "_state", None)
     with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_MALLOC='heap': allowed values are keep, system"):
         allocator.configure({allocator.ENV: "heap"})
     assert allocator.state() is None

@@ -21,13 +21,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
-import os
-import threading
 
-from ptnumba_codegen.runtime import env_choice
-
-log = logging.getLogger("ptnumba_codegen")
+from ptnumba_codegen.runtime import ProcessSetting
 
 ENV = "PTNUMBA_CODEGEN_MALLOC"
 ENV_VALUES = ("keep", "system")  # keep (default): SETTINGS; system: glibc's own behaviour
@@ -55,8 +50,6 @@ SETTINGS = {
 # environment variables by which a user has already chosen malloc settings
 USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
-_lock = threading.Lock()
-_state: str | None = None  # what configure() did, once it ran
 
 
 def _user_chose(environ) -> str | None:
@@ -81,34 +74,24 @@ def _glibc():
     return version().decode(), mallopt
 
 
-def configure(environ=None) -> str:
-    """Apply `SETTINGS` once per process (see the module doc); returns what was done."""
-    global _state
-    with _lock:
-        if _state is not None:
-            return _state
-        environ = os.environ if environ is None else environ
-        choice = env_choice(environ, ENV, ENV_VALUES)
-        user = _user_chose(environ)
-        glibc = _glibc()
-        if choice == "system":
-            _state = f"glibc's own malloc thresholds ({ENV}=system)"
-        elif user is not None:
-            _state = f"malloc settings left to the user ({user})"
-        elif glibc is None:
-            _state = "not glibc: malloc untouched"
-        else:
-            version, mallopt = glibc
-            done = []
-            for name, (param, value, _why) in SETTINGS.items():
-                if mallopt(param, value) != 1:
-                    raise RuntimeError(f"mallopt({name}, {value}) failed on glibc {version}")
-                done.append(f"{name}={value // MIB} MiB")
-            _state = f"glibc {version} malloc: {', '.join(done)} (freed intermediates kept for the next call)"
-        log.info("ptnumba_codegen: %s", _state)
-        return _state
+def _apply(choice: str, environ) -> str:
+    """`SETTING`'s work: `SETTINGS` applied (see the module doc)."""
+    user = _user_chose(environ)
+    glibc = _glibc()
+    if choice == "system":
+        return f"glibc's own malloc thresholds ({ENV}=system)"
+    if user is not None:
+        return f"malloc settings left to the user ({user})"
+    if glibc is None:
+        return "not glibc: malloc untouched"
+    version, mallopt = glibc
+    done = []
+    for name, (param, value, _why) in SETTINGS.items():
+        if mallopt(param, value) != 1:
+            raise RuntimeError(f"mallopt({name}, {value}) failed on glibc {version}")
+        done.append(f"{name}={value // MIB} MiB")
+    return f"glibc {version} malloc: {', '.join(done)} (freed intermediates kept for the next call)"
 
 
-def state() -> str | None:
-    """What `configure` did in this process (None: no policy function compiled yet)."""
-    return _state
+SETTING = ProcessSetting(ENV, ENV_VALUES, _apply)
+configure, state = SETTING.configure, SETTING.state

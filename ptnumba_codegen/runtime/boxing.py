@@ -22,26 +22,19 @@ compiled after a policy one in the same process get it too (same objects).
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 
 from llvmlite import ir
 from numba.core import boxing as numba_boxing, cgutils, types
 from numba.core.pythonapi import _boxers
 from numba.np import numpy_support
 
-from ptnumba_codegen.runtime import env_choice
+from ptnumba_codegen.runtime import ProcessSetting
 
-log = logging.getLogger("ptnumba_codegen")
 
 ENV = "PTNUMBA_CODEGEN_BOXING"
 ENV_VALUES = ("environment", "numba")  # environment (default): `box_array`; numba: numba's own
 
 NUMBA_BOX_ARRAY = numba_boxing.box_array  # numba's boxer (registered for types.Array), restored by `restore`
-
-_lock = threading.Lock()
-_state: str | None = None
 
 
 def box_array(typ, val, c):
@@ -62,31 +55,17 @@ def box_array(typ, val, c):
     return boxed
 
 
-def configure(environ=None) -> str:
-    """Box arrays with `box_array` from now on, once per process; returns what was done."""
-    global _state
-    with _lock:
-        if _state is not None:
-            return _state
-        environ = os.environ if environ is None else environ
-        choice = env_choice(environ, ENV, ENV_VALUES)
-        if choice == "numba":
-            _state = f"numba's array boxing ({ENV}=numba)"
-        else:
-            _boxers.functions[types.Array] = box_array
-            _state = "arrays boxed with their Python type from the environment (no numba_unpickle per call)"
-        log.info("ptnumba_codegen: %s", _state)
-        return _state
+def _apply(choice: str, environ) -> str:
+    """`SETTING`'s work: arrays boxed with `box_array` from now on."""
+    if choice == "numba":
+        return f"numba's array boxing ({ENV}=numba)"
+    _boxers.functions[types.Array] = box_array
+    return "arrays boxed with their Python type from the environment (no numba_unpickle per call)"
 
 
-def restore() -> None:
-    """numba's own boxing again (tests)."""
-    global _state
-    with _lock:
-        _boxers.functions[types.Array] = NUMBA_BOX_ARRAY
-        _state = None
+def _undo() -> None:
+    _boxers.functions[types.Array] = NUMBA_BOX_ARRAY
 
 
-def state() -> str | None:
-    """What `configure` did in this process (None: no policy function compiled yet)."""
-    return _state
+SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state

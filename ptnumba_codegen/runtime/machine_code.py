@@ -38,19 +38,14 @@ function is compiled with ``policy_codegen`` (never at import), like `boxing.con
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import re
-import threading
 import weakref
 
 from numba.core import codegen as numba_codegen
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
-from ptnumba_codegen.runtime import env_choice
-
-log = logging.getLogger("ptnumba_codegen")
+from ptnumba_codegen.runtime import ProcessSetting
 
 ENV = "PTNUMBA_CODEGEN_MACHINE_CODE"
 ENV_VALUES = ("on_demand", "always")  # on_demand (default): `OnDemandLibrary`; always: numba's own
@@ -60,9 +55,6 @@ ENTRY_POINT_PREFIXES = ("_ZN7cpython", "cfunc.")
 
 NUMBA_LIBRARY_CLASS = numba_codegen.JITCodeLibrary
 NUMBA_SET_ENV = numba_codegen.JITCPUCodegen.set_env
-
-_lock = threading.Lock()
-_state: str | None = None
 
 
 def has_entry_point(module) -> bool:
@@ -161,35 +153,21 @@ def _set_pending_environments(codegen) -> None:
         NUMBA_SET_ENV(codegen, env_name, _pending_environments.pop(env_name))
 
 
-def configure(environ=None) -> str:
-    """Libraries numba creates from now on are `OnDemandLibrary`, once per process."""
-    global _state
-    with _lock:
-        if _state is not None:
-            return _state
-        environ = os.environ if environ is None else environ
-        choice = env_choice(environ, ENV, ENV_VALUES)
-        if choice == "always":
-            _state = f"numba's finalization, machine code for every library ({ENV}=always)"
-        else:
-            codegen = cpu_target.target_context.codegen()
-            codegen._library_class = OnDemandLibrary
-            codegen.set_env = functools.partial(_set_env, codegen)
-            _state = "machine code on demand for libraries without an entry point"
-        log.info("ptnumba_codegen: %s", _state)
-        return _state
+def _apply(choice: str, environ) -> str:
+    """`SETTING`'s work: libraries numba creates from now on are `OnDemandLibrary`."""
+    if choice == "always":
+        return f"numba's finalization, machine code for every library ({ENV}=always)"
+    codegen = cpu_target.target_context.codegen()
+    codegen._library_class = OnDemandLibrary
+    codegen.set_env = functools.partial(_set_env, codegen)
+    return "machine code on demand for libraries without an entry point"
 
 
-def restore() -> None:
-    """numba's own finalization again, for libraries created from now on (tests)."""
-    global _state
-    with _lock:
-        codegen = cpu_target.target_context.codegen()
-        codegen._library_class = NUMBA_LIBRARY_CLASS
-        codegen.__dict__.pop("set_env", None)
-        _state = None
+def _undo() -> None:
+    codegen = cpu_target.target_context.codegen()
+    codegen._library_class = NUMBA_LIBRARY_CLASS
+    codegen.__dict__.pop("set_env", None)
 
 
-def state() -> str | None:
-    """What `configure` did in this process (None: no policy function compiled yet)."""
-    return _state
+SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state
