@@ -50,15 +50,18 @@ from ptnumba_codegen.runtime import ProcessSetting
 ENV = "PTNUMBA_CODEGEN_MACHINE_CODE"
 ENV_VALUES = ("on_demand", "always")  # on_demand (default): `OnDemandLibrary`; always: numba's own
 
-# a function named so is an entry point callable from outside the library
-ENTRY_POINT_PREFIXES = ("_ZN7cpython", "cfunc.")
+# a function named so is an entry point whose address numba takes as soon as the library is
+# compiled (`get_executable`: the CPython wrapper a dispatcher calls). A C-callable wrapper
+# (``cfunc.``, which numba's overloads get by default) is asked for only where a function is
+# used as a value or a C callback, through `get_pointer_to_function`: emitted then.
+ENTRY_POINT_PREFIXES = ("_ZN7cpython",)
 
 NUMBA_LIBRARY_CLASS = numba_codegen.JITCodeLibrary
 NUMBA_SET_ENV = numba_codegen.JITCPUCodegen.set_env
 
 
 def has_entry_point(module) -> bool:
-    """Whether ``module`` defines a CPython or C-callable wrapper."""
+    """Whether ``module`` defines a CPython wrapper (`ENTRY_POINT_PREFIXES`)."""
     return any(not fn.is_declaration and fn.name.startswith(ENTRY_POINT_PREFIXES) for fn in module.functions)
 
 
