@@ -6,8 +6,8 @@ many such libraries (each node's function, the cached wrapper PyTensor puts arou
 each numba overload, the generator's kernel entries, the function graph itself) and each
 caller links its callees' IR into its own module and compiles it again: only the
 outermost function's machine code ever runs. A library without a Python entry point
-(compiled with ``no_cpython_wrapper`` and ``no_cfunc_wrapper``, as PyTensor compiles every
-node function and the graph's inner function, and the generator its kernel entries) is
+(compiled with ``no_cpython_wrapper``, as PyTensor compiles every node function and the
+graph's inner function, the generator its kernel entries and numba its overloads) is
 called by nobody but the callers that link it, yet numba still emits its machine code
 (what that costs: docs/benchmarks.md, "Machine code on demand").
 
