@@ -76,8 +76,9 @@ def may_reassociate(module) -> bool:
     Such a library keeps numba's finalization: its callers link its IR after code
     generation, as always. Optimized again there in another form, a reduction LLVM may
     reassociate could be vectorized or reassociated otherwise, and its value change in the
-    last bits (BEST's gradient: 1-156 ulps); without reordering flags the same operations
-    compute the same values in any form."""
+    last bits (docs/benchmarks.md, "Machine code on demand"); without reordering flags the
+    same operations compute the same values in any form. Checked last, after the cheap
+    tests: it prints the module."""
     return _REORDERING.search(str(module)) is not None
 
 
