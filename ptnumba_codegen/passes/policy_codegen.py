@@ -17,7 +17,7 @@ import logging
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from ptnumba_codegen.runtime import allocator, boxing, machine_code
+from ptnumba_codegen.runtime import allocator, boxing, collector, machine_code
 from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.passes.constant_writes import fold_constant_writes
 from ptnumba_codegen.analysis.whole_graph import (
@@ -78,6 +78,7 @@ class PolicyCodegen(GraphRewriter):
         allocator.configure()  # once per process: freed intermediates kept for the next call
         boxing.configure()  # once per process: results boxed without unpickling per call
         machine_code.configure()  # once per process: no machine code for link-only libraries
+        collector.configure()  # once per process: no full garbage collections inside numba's compiles
         try:
             fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
         except Exception as err:  # noqa: BLE001  (see pass_errors: recorded, warned)

@@ -1,5 +1,6 @@
 """Process-wide runtime: the thread-chunk runtime, the shared BLAS pool, pool rules, the
-allocator, array boxing and machine code on demand; the settings applied once per process
+allocator, array boxing, machine code on demand and full garbage collections postponed
+while numba compiles; the settings applied once per process
 (`ProcessSetting`) and their environment switches (`env_choice`)."""
 
 from __future__ import annotations

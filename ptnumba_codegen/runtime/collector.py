@@ -1,0 +1,91 @@
+"""Python's full garbage collections postponed while numba compiles.
+
+Python's collector sweeps its oldest generation (a *full* collection) once enough objects
+have survived into it; each full collection visits every tracked object of the process,
+and with PyMC, PyTensor and numba loaded that is a few hundred thousand. A numba compile
+allocates many objects that live until it ends (types, IR, lowered functions, LLVM
+wrappers), so a cold compile triggers several full collections that find little to free
+(what they cost: docs/benchmarks.md, "Garbage collection during numba's compiles").
+
+`configure()` listens to numba's ``numba:compile`` events (raised inside numba's global
+compiler lock, so one thread at a time): while the outermost compile runs, the threshold of
+the oldest generation is raised tenfold (`POSTPONED_FACTOR`), so that mostly the young
+generations are collected (cycles that die young are freed as before); when it ends the
+threshold is put back as it was, and a collection postponed runs at the collector's next
+opportunity. The thresholds are
+left alone while the collector is disabled, and not put back if something else changed
+them meanwhile. Compiled code and values are untouched.
+
+It applies once per process, when the first function is compiled with ``policy_codegen``
+(never at import), to every numba compile from then on, like `machine_code.configure`.
+``PTNUMBA_CODEGEN_GC=python`` keeps Python's thresholds throughout.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from numba.core import event
+
+from ptnumba_codegen.runtime import ProcessSetting
+
+ENV = "PTNUMBA_CODEGEN_GC"
+ENV_VALUES = ("postpone", "python")  # postpone (default): `FullCollectionsPostponed`; python: Python's own
+
+# the oldest generation's threshold (young-generation collections before a full one is
+# considered) while numba compiles, as a multiple of the one in force: none inside a compile
+# of a few seconds, and a long one (a minute) still sweeps now and then, which bounds the
+# garbage it keeps (both measured: docs/benchmarks.md)
+POSTPONED_FACTOR = 10
+
+
+def postponed(threshold: int) -> int:
+    """The oldest generation's threshold while numba compiles (`POSTPONED_FACTOR`)."""
+    return max(threshold, 1) * POSTPONED_FACTOR
+
+
+class FullCollectionsPostponed(event.Listener):
+    """Raises the oldest generation's threshold for the outermost numba compile."""
+
+    def __init__(self):
+        self.depth = 0
+        self.saved: tuple[int, int, int] | None = None
+
+    def on_start(self, ev):
+        self.depth += 1
+        if self.depth == 1 and gc.isenabled():
+            self.saved = gc.get_threshold()
+            gc.set_threshold(self.saved[0], self.saved[1], postponed(self.saved[2]))
+
+    def on_end(self, ev):
+        if self.depth == 0:  # registered while a compile was running
+            return
+        self.depth -= 1
+        if self.depth == 0 and self.saved is not None:
+            saved, self.saved = self.saved, None
+            if gc.get_threshold() == (saved[0], saved[1], postponed(saved[2])):
+                gc.set_threshold(*saved)
+
+
+_listener: FullCollectionsPostponed | None = None
+
+
+def _apply(choice: str, environ) -> str:
+    """`SETTING`'s work: full collections postponed during numba's compiles from now on."""
+    global _listener
+    if choice == "python":
+        return f"Python's garbage collection thresholds during numba's compiles ({ENV}=python)"
+    _listener = FullCollectionsPostponed()
+    event.register("numba:compile", _listener)
+    return "full garbage collections postponed while numba compiles"
+
+
+def _undo() -> None:
+    global _listener
+    if _listener is not None:
+        event.unregister("numba:compile", _listener)
+        _listener = None
+
+
+SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state

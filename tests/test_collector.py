@@ -1,0 +1,116 @@
+"""Full garbage collections postponed while numba compiles
+(`ptnumba_codegen.runtime.collector`): none inside the outermost compile, Python's
+thresholds exactly as they were after it, also when it fails; untouched while the collector
+is disabled or the switch says ``python``."""
+
+import gc
+
+import numpy as np
+import pytest
+from numba import njit
+from numba.core.errors import TypingError
+from numba.extending import overload
+
+from ptnumba_codegen.runtime import collector
+
+THRESHOLDS = (2000, 10, 5)  # a user's own, to be found as they were
+
+
+@pytest.fixture
+def own_collector():
+    """The collector setting off for the test, the process's state afterwards as before."""
+    before, thresholds, enabled = collector.state(), gc.get_threshold(), gc.isenabled()
+    collector.restore()
+    gc.set_threshold(*THRESHOLDS)
+    yield
+    collector.restore()
+    gc.set_threshold(*thresholds)
+    (gc.enable if enabled else gc.disable)()
+    if before is not None:
+        collector.configure()
+
+
+SEEN: dict = {}
+
+
+def _compile_one(value):
+    """Compile (fresh, so typed again) a function calling one calling an overload whose
+    typing records the thresholds, then keeps as many objects alive as it takes Python's
+    collector to sweep its oldest generation, counting the sweeps; return its value."""
+
+    def during_typing(a):
+        pass
+
+    @overload(during_typing)
+    def _during_typing(a):
+        SEEN["threshold"] = gc.get_threshold()
+        full = []
+        gc.callbacks.append(lambda phase, info: phase == "stop" and info["generation"] == 2 and full.append(1))
+        try:
+            keep = [[i] for i in range(300_000)]  # 150 young collections, 15 of the middle one
+            SEEN["full collections"] = len(full)
+            del keep
+        finally:
+            gc.callbacks.pop()
+        return lambda a: None
+
+    @njit
+    def inner(a):
+        during_typing(a)
+        return a + 1.0
+
+    @njit
+    def outer(a):
+        return inner(a) * 2.0
+
+    SEEN.clear()
+    return outer(value)
+
+
+def test_no_full_collection_inside_a_compile_and_thresholds_put_back(own_collector, monkeypatch):
+    monkeypatch.delenv(collector.ENV, raising=False)
+    assert collector.configure() == "full garbage collections postponed while numba compiles"
+    assert _compile_one(1.5) == 5.0
+    # inside the nested compile (the overload's typing) the outermost compile's setting holds
+    assert SEEN["threshold"] == (THRESHOLDS[0], THRESHOLDS[1], THRESHOLDS[2] * collector.POSTPONED_FACTOR)
+    assert SEEN["full collections"] == 0
+    assert gc.get_threshold() == THRESHOLDS
+
+
+def test_python_thresholds_sweep_inside_a_compile(own_collector, monkeypatch):
+    """The reference for the test above: the same compile under Python's thresholds does
+    sweep the oldest generation (so the test above could fail)."""
+    monkeypatch.setenv(collector.ENV, "python")
+    assert collector.configure().endswith(f"({collector.ENV}=python)")
+    assert _compile_one(2.5) == 7.0
+    assert SEEN["threshold"] == THRESHOLDS and SEEN["full collections"] > 0
+    assert gc.get_threshold() == THRESHOLDS
+
+
+def test_a_failing_compile_puts_the_thresholds_back(own_collector, monkeypatch):
+    monkeypatch.delenv(collector.ENV, raising=False)
+    collector.configure()
+
+    @njit
+    def broken(a):
+        return a.no_such_attribute
+
+    with pytest.raises(TypingError):
+        broken(np.zeros(3))
+    assert gc.get_threshold() == THRESHOLDS
+    assert _compile_one(0.5) == 3.0 and SEEN["full collections"] == 0  # and the next compile still postpones
+
+
+def test_a_disabled_collector_is_left_alone(own_collector, monkeypatch):
+    monkeypatch.delenv(collector.ENV, raising=False)
+    collector.configure()
+    gc.disable()
+    assert _compile_one(1.0) == 4.0
+    assert SEEN["threshold"] == THRESHOLDS and gc.get_threshold() == THRESHOLDS and not gc.isenabled()
+
+
+def test_the_switch_names_its_values(own_collector, monkeypatch):
+    monkeypatch.setenv(collector.ENV, "never")
+    with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_GC='never': allowed values are postpone, python"):
+        collector.configure()
+    assert collector.state() is None
