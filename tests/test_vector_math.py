@@ -470,6 +470,36 @@ def test_a_body_with_a_stock_call_keeps_scalar_transcendentals():
     assert all(plan_node(n).body.uses_vector_math for n in policy_nodes(plain))
 
 
+def test_a_body_run_once_gets_libms_bits():
+    """A scalar node's body, and a loop of one element, have no loop to vectorize: a
+    vector call would do a whole vector's work for one value and give libmvec's error
+    (1 ulp off glibc's exp on a large share of arguments, which an ODE solver turned into a
+    1.4e-9 disagreement). They get libm, bit for bit the stock strict backend."""
+    a, b = pt.scalars("a", "b")
+    scalars = pt.stack([pt.exp(a), pt.log(b), pt.tanh(a) * pt.exp(b)])
+    one = pt.vector("one", shape=(1,))
+    row = pt.exp(one) + pt.log1p(pt.exp(-one))
+    fn_s = compile_fn([a, b], scalars, "policy_default", cache_key="once_scalars")
+    ref_s = compile_fn([a, b], scalars, "stock_strict", cache_key="once_scalars")
+    fn_1 = compile_fn([one], row, "policy_default", cache_key="once_row")
+    ref_1 = compile_fn([one], row, "stock_strict", cache_key="once_row")
+    for fn in (fn_s, fn_1):
+        nodes = policy_nodes(fn)
+        assert nodes and not any(plan_node(n).body.uses_vector_math for n in nodes)
+    rng = np.random.default_rng(7)
+    av, bv = rng.uniform(-20, 20, 1500), rng.uniform(1e-3, 30, 1500)
+    # the premise: on these arguments the vector kernel's exp is not libm's
+    x = pt.vector("x")
+    vector_exp = compile_fn([x], pt.exp(x), "policy_default", cache_key="once_vector_exp")
+    assert (vector_exp(av) != np.array([math.exp(v) for v in av])).sum() > 50
+    for va, vb in zip(av, bv):
+        assert_same_bits(fn_s(va, vb), ref_s(va, vb))
+        assert_same_bits(fn_1(np.array([va])), ref_1(np.array([va])))
+    for special in (0.0, -0.0, np.inf, -np.inf, np.nan, 709.8, -745.2, 1e-300):
+        assert_same_bits(fn_s(special, abs(special)), ref_s(special, abs(special)))
+        assert_same_bits(fn_1(np.array([special])), ref_1(np.array([special])))
+
+
 # -- in-place kernels on intermediates typed 'A' ---------------------------------------------
 
 N_INPLACE = 4096

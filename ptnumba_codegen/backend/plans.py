@@ -91,14 +91,15 @@ def static_size(shape) -> int | None:
 
 def plan_elemwise(node) -> KernelPlan:
     op = node.op
-    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts)
+    size = static_size(node.outputs[0].type.shape)
+    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1)
     spec = LoopSpec(
         ndim=node.outputs[0].type.ndim,
         input_bc=tuple(i.type.broadcastable for i in node.inputs),
         output_bc=tuple(o.type.broadcastable for o in node.outputs),
         output_dtypes=tuple(o.type.dtype for o in node.outputs),
         inplace=tuple(sorted(op.inplace_pattern.items())),
-        static_size=static_size(node.outputs[0].type.shape),
+        static_size=size,
         static_shape=tuple(node.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(Finish("as_is") for _ in node.outputs))
@@ -145,7 +146,8 @@ def plan_fused(node) -> KernelPlan:
     n_in = len(inner.inputs)
     if len(node.inputs) != n_in:
         raise Unsupported("FusedElemwise with extra inputs (indices or update targets)")
-    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts)
+    size = static_size(inner.outputs[0].type.shape)
+    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1)
     ndim = inner.outputs[0].type.ndim
     input_bc = tuple(
         None if isinstance(outer.type, ScalarType) else inner_in.type.broadcastable
@@ -188,7 +190,7 @@ def plan_fused(node) -> KernelPlan:
         output_dtypes=tuple(output_dtypes),
         inplace=tuple(sorted(inplace.items())),
         reduces=tuple(reduces),
-        static_size=static_size(inner.outputs[0].type.shape),
+        static_size=size,
         static_shape=tuple(inner.outputs[0].type.shape),
     )
     return KernelPlan("loop", spec, body, tuple(finish))
@@ -239,7 +241,7 @@ def plan_scalar_careduce(node) -> KernelPlan:
 def plan_scalar_op(node) -> KernelPlan:
     op = node.op
     # the program holds the plain scalar op: rules (and stock calls) must see the stock class
-    body = plan_body(node_program(node, stock_op(op)), op.policy, op.sensitive_outputs, op.input_facts)
+    body = plan_body(node_program(node, stock_op(op)), op.policy, op.sensitive_outputs, op.input_facts, once=True)
     return KernelPlan("scalar", None, body, tuple(Finish("as_is") for _ in node.outputs))
 
 

@@ -77,20 +77,30 @@ def _has_stock_call(emitters: list) -> bool:
     return any(e.calls_stock for e in emitters)
 
 
-def _vectors_where_they_pay(emitters: list) -> list:
+def _vectors_where_they_pay(emitters: list, once: bool = False) -> list:
     """Vector calls only in bodies whose loop can vectorize: a stock call inside (a
     function numba compiled on its own, opaque to the loop vectorizer: erfcx) keeps the
     loop scalar, and a vector function then does a whole vector's work for each element
     (slower than stock's scalar calls; docs/benchmarks.md). Such a body
-    gets every transcendental's scalar form (libm, within every budget)."""
+    gets every transcendental's scalar form (libm, within every budget).
+
+    A body run ``once`` (a scalar node's, a loop of one element) has no loop to
+    vectorize: a vector call would do a whole vector's work for its one value and give
+    libmvec's error where libm's is at hand (libmvec's exp is 1 ulp off glibc's on about
+    40% of arguments; a model's ODE solver amplified that to 1.4e-9: docs/benchmarks.md).
+    It gets the scalar form of every call, and no lane calls (the same bits as the
+    scalar call)."""
+    if once:
+        return [e.scalar().lanes_dropped() for e in emitters]
     if not _has_stock_call(emitters):
         return emitters
     return [e.scalar() for e in emitters]
 
 
-def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_facts=()) -> PlannedBody:
+def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_facts=(), once: bool = False) -> PlannedBody:
     """Classify and plan every instruction; raises Unsupported if one cannot be lowered.
-    ``input_facts``: the inputs' intervals and relations (`graph_ranges`)."""
+    ``input_facts``: the inputs' intervals and relations (`graph_ranges`); ``once``: the
+    body runs for one element (`_vectors_where_they_pay`)."""
     for d in (*program.input_dtypes, *program.output_dtypes):
         numba_type(d)
     analysis = analyze(
@@ -116,7 +126,7 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_fact
                 policy=policy,
             )
         )
-    emitters = _lanes_where_they_pay(_vectors_where_they_pay(emitters))
+    emitters = _lanes_where_they_pay(_vectors_where_they_pay(emitters, once))
     guards = branch_guards(program, emitters)
     lazy = lazy_guards(program, emitters)
     conditions = {k: condition_values(f) for k, f in lazy.items()}
