@@ -16,9 +16,9 @@ from ptnumba_codegen.policy import Policy
 
 
 class PolicyMixin:
-    """Marks an op as carrying ``policy``, ``sensitive_outputs``, ``input_facts`` and
+    """Marks an op as carrying ``policy``, ``sensitive_outputs``, ``input_facts``,
     ``yields_to`` (the other thread pools of its function, see `pools`: its loops stay
-    on one thread)."""
+    on one thread) and ``loop_core`` (a scalar op inside a stock loop)."""
 
     __slots__ = ()
 
@@ -39,18 +39,19 @@ def policy_class(base: type) -> type:
             and self.sensitive_outputs == other.sensitive_outputs
             and self.yields_to == other.yields_to
             and self.input_facts == other.input_facts
+            and self.loop_core == other.loop_core
         )
 
     def __hash__(self):
         return hash(
-            (base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to, self.input_facts)
+            (base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to, self.input_facts, self.loop_core)
         )
 
     def __reduce__(self):
         # the class is made at runtime, so pickle the stock op and re-apply the policy
         return (
             with_policy,
-            (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to, self.input_facts),
+            (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to, self.input_facts, self.loop_core),
         )
 
     namespace = {
@@ -84,19 +85,21 @@ def on_policy_class(hook) -> None:
         hook(cls)
 
 
-_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to", "input_facts")
+_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to", "input_facts", "loop_core")
 
 
-def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=(), input_facts=()):
+def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=(), input_facts=(), loop_core=False):
     """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy`` (and what
     the analysis found: requirements on its outputs, intervals and relations of its
-    inputs, see `graph_ranges`)."""
+    inputs, see `graph_ranges`). ``loop_core``: a scalar op that is the core of a stock
+    loop (runs per element), not a node of its own (runs once per call)."""
     new = copy.copy(stock_op(op))
     new.__class__ = policy_class(type(op))
     new.policy = policy
     new.sensitive_outputs = needs_items(output_needs(sensitive_outputs))
     new.yields_to = tuple(yields_to)
     new.input_facts = tuple(input_facts)
+    new.loop_core = bool(loop_core)
     return new
 
 

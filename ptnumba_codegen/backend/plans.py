@@ -123,7 +123,7 @@ def plan_indexed_fused(node) -> KernelPlan:
             pass  # not the gather/body/scatter shape: the stock loop below
     graph = op.fgraph.unfreeze()
     [el] = [n for n in graph.apply_nodes if isinstance(n.op, Elemwise)]
-    scalar = with_policy(el.op.scalar_op, op.policy, op.sensitive_outputs, (), op.input_facts)
+    scalar = with_policy(el.op.scalar_op, op.policy, op.sensitive_outputs, (), op.input_facts, loop_core=True)
     new_el = Elemwise(scalar, inplace_pattern=el.op.inplace_pattern).make_node(*el.inputs)
     graph.replace_all(list(zip(el.outputs, new_el.outputs, strict=True)), reason="policy_codegen")
     rebuilt = type(stock_op(op))(
@@ -241,7 +241,9 @@ def plan_scalar_careduce(node) -> KernelPlan:
 def plan_scalar_op(node) -> KernelPlan:
     op = node.op
     # the program holds the plain scalar op: rules (and stock calls) must see the stock class
-    body = plan_body(node_program(node, stock_op(op)), op.policy, op.sensitive_outputs, op.input_facts, once=True)
+    # a node of its own runs once per call; the core of a stock loop, per element
+    once = not op.loop_core
+    body = plan_body(node_program(node, stock_op(op)), op.policy, op.sensitive_outputs, op.input_facts, once=once)
     return KernelPlan("scalar", None, body, tuple(Finish("as_is") for _ in node.outputs))
 
 

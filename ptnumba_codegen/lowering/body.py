@@ -29,6 +29,7 @@ class PlannedBody:
     robust: dict = field(default_factory=dict)  # instruction -> predicates it decides robustly
     lazy: dict = field(default_factory=dict)  # instruction -> formula it is computed under (lazy_branches)
     by_class: dict = field(default_factory=dict)  # instruction -> (class rule, bands): computed by class
+    once: bool = False  # it runs for one element: every call in its scalar form (`_vectors_where_they_pay`)
 
     @property
     def uses_vector_math(self) -> bool:
@@ -140,6 +141,7 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_fact
         dict(analysis.robust),
         lazy,
         dict(analysis.by_class),
+        once,
     )
 
 

@@ -9,8 +9,8 @@ wrappers), so a cold compile triggers several full collections that find little 
 
 `configure()` listens to numba's ``numba:compile`` events (raised inside numba's global
 compiler lock, so one thread at a time): while the outermost compile runs, the threshold of
-the oldest generation is raised tenfold (`POSTPONED_FACTOR`), so that mostly the young
-generations are collected (cycles that die young are freed as before); when it ends the
+the oldest generation is raised tenfold beyond its count so far (`POSTPONED_FACTOR`), so
+that mostly the young generations are collected (cycles that die young are freed as before); when it ends the
 threshold is put back as it was, and a collection postponed runs at the collector's next
 opportunity. The thresholds are
 left alone while the collector is disabled, and not put back if something else changed
@@ -32,16 +32,18 @@ from ptnumba_codegen.runtime import ProcessSetting
 ENV = "PTNUMBA_CODEGEN_GC"
 ENV_VALUES = ("postpone", "python")  # postpone (default): `FullCollectionsPostponed`; python: Python's own
 
-# the oldest generation's threshold (young-generation collections before a full one is
-# considered) while numba compiles, as a multiple of the one in force: none inside a compile
-# of a few seconds, and a long one (a minute) still sweeps now and then, which bounds the
-# garbage it keeps (both measured: docs/benchmarks.md)
+# while numba compiles, a full collection is considered only after this many times the
+# young-generation collections Python's threshold asks for, counted from the compile's
+# start: none inside a compile of a few seconds, and a long one (a minute) still sweeps
+# now and then, which bounds the garbage it keeps (both measured: docs/benchmarks.md)
 POSTPONED_FACTOR = 10
 
 
 def postponed(threshold: int) -> int:
-    """The oldest generation's threshold while numba compiles (`POSTPONED_FACTOR`)."""
-    return max(threshold, 1) * POSTPONED_FACTOR
+    """The oldest generation's threshold while numba compiles: `POSTPONED_FACTOR` times
+    ``threshold`` beyond the count so far (which keeps growing while full collections are
+    skipped for finding too few new objects, and may already exceed any fixed threshold)."""
+    return gc.get_count()[2] + max(threshold, 1) * POSTPONED_FACTOR
 
 
 class FullCollectionsPostponed(event.Listener):
@@ -49,21 +51,23 @@ class FullCollectionsPostponed(event.Listener):
 
     def __init__(self):
         self.depth = 0
-        self.saved: tuple[int, int, int] | None = None
+        self.saved: tuple[int, int, int] | None = None  # the thresholds in force before
+        self.raised: tuple[int, int, int] | None = None  # the ones set for the compile
 
     def on_start(self, ev):
         self.depth += 1
         if self.depth == 1 and gc.isenabled():
             self.saved = gc.get_threshold()
-            gc.set_threshold(self.saved[0], self.saved[1], postponed(self.saved[2]))
+            self.raised = (self.saved[0], self.saved[1], postponed(self.saved[2]))
+            gc.set_threshold(*self.raised)
 
     def on_end(self, ev):
         if self.depth == 0:  # registered while a compile was running
             return
         self.depth -= 1
         if self.depth == 0 and self.saved is not None:
-            saved, self.saved = self.saved, None
-            if gc.get_threshold() == (saved[0], saved[1], postponed(saved[2])):
+            saved, raised, self.saved, self.raised = self.saved, self.raised, None, None
+            if gc.get_threshold() == raised:  # else something else set them meanwhile: kept
                 gc.set_threshold(*saved)
 
 
