@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,6 +222,16 @@ def _opts(tmp_path, **kw):
     args = argparse.Namespace(**{**base, **kw})
     args.timed_backends = set(args.backends)
     return args
+
+
+def test_nutpie_compiles_on_an_empty_cache_of_its_own(tmp_path):
+    """Time to posterior is a user's first run: nutpie's compile gets a cache directory of its
+    own under the work directory (not the user's cache, not the cold phase's)."""
+    args, work = _opts(tmp_path, nutpie=True), tmp_path / "work"
+    nutpie = cb._spec(args, work, "original", "small", "policy_default", "nutpie", 1)["cache_dir"]
+    cold = cb._spec(args, work, "original", "small", "policy_default", "cold", 1)["cache_dir"]
+    assert nutpie is not None and Path(nutpie).parent == work / "cache" and nutpie != cold
+    assert cb._spec(args, work, "original", "small", "c", "ref", 1)["cache_dir"] is None
 
 
 def _fake_runner(calls):
