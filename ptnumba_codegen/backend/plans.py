@@ -242,8 +242,9 @@ def plan_scalar_op(node) -> KernelPlan:
     op = node.op
     # the program holds the plain scalar op: rules (and stock calls) must see the stock class
     # a node of its own runs once per call; the core of a stock loop, per element
-    once = not op.loop_core
-    body = plan_body(node_program(node, stock_op(op)), op.policy, op.sensitive_outputs, op.input_facts, once=once)
+    body = plan_body(
+        node_program(node, stock_op(op)), op.policy, op.sensitive_outputs, op.input_facts, once=not op.loop_core
+    )
     return KernelPlan("scalar", None, body, tuple(Finish("as_is") for _ in node.outputs))
 
 

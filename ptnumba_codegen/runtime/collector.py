@@ -10,11 +10,11 @@ wrappers), so a cold compile triggers several full collections that find little 
 `configure()` listens to numba's ``numba:compile`` events (raised inside numba's global
 compiler lock, so one thread at a time): while the outermost compile runs, the threshold of
 the oldest generation is raised tenfold beyond its count so far (`POSTPONED_FACTOR`), so
-that mostly the young generations are collected (cycles that die young are freed as before); when it ends the
-threshold is put back as it was, and a collection postponed runs at the collector's next
-opportunity. The thresholds are
-left alone while the collector is disabled, and not put back if something else changed
-them meanwhile. Compiled code and values are untouched.
+that mostly the young generations are collected (cycles that die young are freed as
+before); when it ends the threshold is put back as it was, and a collection postponed runs
+at the collector's next opportunity. The thresholds are left alone while the collector is
+disabled, and not put back if something else changed them meanwhile. Compiled code and
+values are untouched.
 
 It applies once per process, when the first function is compiled with ``policy_codegen``
 (never at import), to every numba compile from then on, like `machine_code.configure`.
