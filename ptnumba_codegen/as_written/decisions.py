@@ -25,6 +25,7 @@ op (min/max, clip, switch, rounding, a Max reduction) of uncomputed inputs is ex
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import cache
 
 from pytensor.compile.builders import OpFromGraph
@@ -57,6 +58,13 @@ def is_float(var) -> bool:
 # -- decision inputs ----------------------------------------------------------------------
 
 
+# id of a Program -> (the Program, its decision inputs): the freeze pass asks for the same
+# nodes' decision inputs many times (BEST: 1,560 asks of 26 programs per compile); the
+# Program is held so its id stays its own, as `program.from_scalar_op` holds it
+_DECIDES: OrderedDict = OrderedDict()
+_DECIDES_KEPT = 1024
+
+
 def _scalar_program_decides(scalar_op, in_dtypes, out_dtypes) -> tuple[int, ...]:
     """Input positions whose value reaches a decision inside a scalar op (or Composite)."""
     try:
@@ -64,7 +72,14 @@ def _scalar_program_decides(scalar_op, in_dtypes, out_dtypes) -> tuple[int, ...]
     except Exception:  # an op the program builder does not know: decide by its class
         rule = mro_lookup(DECISION_INPUTS, scalar_op)
         return tuple(range(len(in_dtypes))) if rule is not None else ()
-    return tuple(sorted(sensitive_inputs(program)))
+    hit = _DECIDES.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    positions = tuple(sorted(sensitive_inputs(program)))
+    _DECIDES[id(program)] = (program, positions)
+    if len(_DECIDES) > _DECIDES_KEPT:
+        _DECIDES.popitem(last=False)
+    return positions
 
 
 def _elemwise(node) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ from pytensor.graph.fg import FunctionGraph, Output
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
+from ptnumba_codegen.as_written import guard_verdicts
 from ptnumba_codegen.as_written.decisions import EXACT_OPS, decision_rule, is_float
 
 REASON = "as_written_overflow_guard"
@@ -49,7 +50,13 @@ def _rewriters():
 
 
 def stabilized(inputs, var):
-    """``var`` as PyTensor's stabilize rewrites compute it, or None if they change nothing."""
+    """``var`` as PyTensor's stabilize rewrites compute it, or None if they change nothing
+    (a "nothing" found by an earlier process for the same cone is read from disk:
+    `guard_verdicts`)."""
+    return guard_verdicts.probe_once(_rewriters(), inputs, var, lambda: _stabilized(inputs, var))
+
+
+def _stabilized(inputs, var):
     canonicalize, stabilize = _rewriters()
     fg = FunctionGraph(list(inputs), [var], clone=True)
     canonicalize.rewrite(fg)

@@ -1,8 +1,8 @@
 """Where the generator keeps what it computes once per machine, not once per process.
 
-Three things are worth keeping across processes besides the kernels PyTensor caches (issue
+Four things are worth keeping across processes besides the kernels PyTensor caches (issue
 20: a warm process compiled its model 0.5-1 s slower under the policy than stock): the
-exact-lanes self-check's verdicts (`lowering.vecmath.check_cache`), the split-loop
+exact-lanes self-check's verdicts (`lowering.vecmath.check_cache`), the overflow-guard probes' verdicts (`as_written.guard_verdicts`), the split-loop
 runtime's object code (`runtime.runtime_cache`) and the libm data the exact lanes and every
 kernel's cache key name (`lowering.vecmath.libm_data_cache`). All live beside PyTensor's numba kernel
 cache (``NUMBA_CACHE_PATH``), each under its own subdirectory, and only while

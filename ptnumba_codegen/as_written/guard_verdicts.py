@@ -1,0 +1,164 @@
+"""The overflow-guard probes' "nothing to guard" verdicts, on disk, keyed by the cone's content.
+
+`guards.stabilized` asks, for every decision input of an as-written copy, whether
+PyTensor's canonicalize and stabilize rewrites would change its cone: it clones the cone
+and runs both rewrite databases over it. In a warm process that is Python the stock
+backend never pays (issue 20: 0.04-0.08 s of CPU per compile of the catalogue's GLM
+negative binomial and BEST), and on every model of the catalogue core measured the answer
+was "no change". That answer depends only on the cone (its ops with their properties, its
+types and constants, how they connect) and on which rewrites the two databases hold
+(PyTensor's version, what PyMC or the user registered). `cone_text` spells all of that out;
+a verdict of "no change" is stored under it, and read back instead of probing again. A cone
+it cannot spell completely (an op without ``__props__`` holding something other than plain
+data, a ``Composite``'s inner graph) has no key and is probed every time; a cone whose
+probe finds a change is probed every time too (the guard needs the stabilized graph).
+
+Each record holds its full key text, compared on read (a digest collision is a miss). The
+files live beside PyTensor's numba cache while it is on (`runtime.disk_cache`). Pure
+pytensor (no numba).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import pickle
+import types
+from collections.abc import Callable, Mapping
+
+import numpy as np
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.traversal import io_toposort
+from pytensor.graph.type import Type
+
+from ptnumba_codegen.runtime import disk_cache
+
+FORMAT = 1  # bump when the file layout or the key's spelling changes
+SUBDIR = "ptnumba_codegen_guard_verdicts"
+UNCHANGED = "stabilize changes nothing"
+_DEPTH = 12  # nesting of op properties spelled out before giving up (no key)
+
+
+class NoKey(Exception):
+    """Something in the cone cannot be spelled out completely."""
+
+
+def _plain(obj, depth: int = 0) -> str:
+    """A complete, process-independent spelling of an op property (raises `NoKey`)."""
+    if depth > _DEPTH:
+        raise NoKey("nested too deep")
+    if obj is None or isinstance(obj, bool | int | float | complex | str | bytes | np.generic):
+        return f"{type(obj).__name__}:{obj!r}"
+    if isinstance(obj, np.ndarray):
+        data = np.ascontiguousarray(obj)
+        return f"array:{data.dtype.str}:{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}"
+    if isinstance(obj, np.dtype):
+        return f"dtype:{obj.str}"
+    if isinstance(obj, slice):  # Subtensor's idx_list
+        return f"slice({_plain(obj.start, depth + 1)},{_plain(obj.stop, depth + 1)},{_plain(obj.step, depth + 1)})"
+    if isinstance(obj, tuple | list):
+        return f"{type(obj).__name__}(" + ",".join(_plain(x, depth + 1) for x in obj) + ")"
+    if isinstance(obj, frozenset | set):
+        return f"{type(obj).__name__}(" + ",".join(sorted(_plain(x, depth + 1) for x in obj)) + ")"
+    if isinstance(obj, Mapping):  # dict, PyTensor's frozendict (whose cached hash is not content)
+        items = sorted(f"{_plain(k, depth + 1)}={_plain(v, depth + 1)}" for k, v in obj.items())
+        return "dict(" + ",".join(items) + ")"
+    if isinstance(obj, Type) and getattr(type(obj), "__props__", None) is None:
+        return f"type:{obj!r}"
+    if isinstance(obj, type | types.FunctionType | types.BuiltinFunctionType):
+        name = f"{obj.__module__}.{obj.__qualname__}"
+        if "<" in name:  # a lambda or a closure: its code and cells are not in its name
+            raise NoKey(name)
+        return f"def:{name}"
+    cls = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    props = getattr(type(obj), "__props__", None)
+    if props is not None:  # an op's identity is its props (PyTensor's __eq__ and __hash__)
+        return f"{cls}{{" + ",".join(f"{p}={_plain(getattr(obj, p), depth + 1)}" for p in props) + "}"
+    attrs = dict(getattr(obj, "__dict__", {}))
+    for klass in type(obj).__mro__:  # state kept in slots as well as in the __dict__
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__"):
+                attrs[slot] = getattr(obj, slot, "<unset>")
+    if not attrs and not hasattr(obj, "__dict__"):  # a C object: its state is not in sight
+        raise NoKey(cls)
+    return f"{cls}{{" + ",".join(f"{k}={_plain(v, depth + 1)}" for k, v in sorted(attrs.items())) + "}"
+
+
+def cone_text(inputs, var: Variable) -> str | None:
+    """The cone of ``var`` above ``inputs``, spelled completely (None if it cannot be)."""
+    names: dict = {}
+    lines: list[str] = []
+
+    def name(v) -> str:
+        if v not in names:
+            if isinstance(v, Constant):
+                lines.append(f"const {_plain(v.type)} {_plain(np.asarray(v.data))}")
+            else:  # an input of the cone
+                lines.append(f"input {_plain(v.type)}")
+            names[v] = f"v{len(lines) - 1}"
+        return names[v]
+
+    try:
+        for node in io_toposort(list(inputs), [var]):
+            args = ",".join(name(i) for i in node.inputs)
+            op = _plain(node.op)
+            for k, out in enumerate(node.outputs):
+                lines.append(f"{op}[{k}] {_plain(out.type)} ({args})")
+                names[out] = f"v{len(lines) - 1}"
+        lines.append(f"out {name(var)}")
+    except NoKey:
+        return None
+    return "\n".join(lines)
+
+
+@functools.cache
+def rewrites_text(rewriters: tuple) -> str:
+    """What the probe's rewrite databases hold: PyTensor's version and every rewrite's name."""
+    import pytensor
+
+    seen: list[str] = []
+
+    def walk(r):
+        seen.append(getattr(r, "name", None) or getattr(r, "__name__", None) or type(r).__qualname__)
+        for attr in ("data", "final_rewriters", "cleanup_rewriters", "global_rewriters"):
+            for sub in getattr(r, attr, None) or ():
+                walk(sub)
+        if hasattr(r, "get_node_rewriters"):
+            for sub in r.get_node_rewriters():
+                walk(sub)
+
+    for r in rewriters:
+        walk(r)
+    return f"pytensor {pytensor.__version__}\n" + "\n".join(sorted(set(map(str, seen))))
+
+
+def _key(rewriters: tuple, text: str) -> str:
+    from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
+
+    return f"{GENERATOR_VERSION}:{GENERATOR_DIGEST}\n{rewrites_text(rewriters)}\n{text}"
+
+
+def _path(directory, key: str):
+    return directory / f"{disk_cache.digest(key)}.pkl"
+
+
+def probe_once(rewriters: tuple, inputs, var, probe: Callable[[], object]):
+    """``probe()``'s result (None: the rewrites change nothing), read from disk when an
+    earlier process found that for the same cone and rewrites (and stored when found now)."""
+    directory = disk_cache.directory(SUBDIR)
+    text = None if directory is None else cone_text(inputs, var)
+    if text is None:
+        return probe()
+    key = _key(rewriters, text)
+    record = disk_cache.read_record(directory, lambda d: _path(d, key), pickle.loads, FORMAT, {"text": key})
+    if record is not None and record.get("verdict") == UNCHANGED:
+        return None
+    result = probe()
+    if result is None:
+        data = {"format": FORMAT, "key": {"text": key}, "verdict": UNCHANGED}
+        disk_cache.write(_path(directory, key), pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+    return result
+
+
+__all__ = ["FORMAT", "SUBDIR", "UNCHANGED", "NoKey", "cone_text", "probe_once", "rewrites_text"]
