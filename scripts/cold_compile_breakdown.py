@@ -176,9 +176,11 @@ def install():
 
     def collecting(phase, info):
         if phase == "start":
-            _push("gc")
-        elif STACK and STACK[-1][0] == "gc":
+            _push("gc" if info["generation"] < 2 else "gc full")
+        elif STACK and STACK[-1][0] in ("gc", "gc full"):
             COUNTS[f"gc generation {info['generation']}"] += 1
+            if info["generation"] == 2:
+                COUNTS[f"gc full under {STACK[-2][0] if len(STACK) > 1 else '-'}"] += 1
             _pop()
 
     gc.callbacks.append(collecting)
