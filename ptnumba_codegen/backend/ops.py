@@ -18,7 +18,9 @@ from ptnumba_codegen.policy import Policy
 class PolicyMixin:
     """Marks an op as carrying ``policy``, ``sensitive_outputs``, ``input_facts``,
     ``yields_to`` (the other thread pools of its function, see `pools`: its loops stay
-    on one thread) and ``loop_core`` (a scalar op inside a stock loop)."""
+    on one thread), ``loop_core`` (a scalar op inside a stock loop) and ``size_bound``
+    (the elements of its iteration space by the graph's shape inference, where its types
+    leave a length unknown: `analysis.inferred_shapes`)."""
 
     __slots__ = ()
 
@@ -40,18 +42,21 @@ def policy_class(base: type) -> type:
             and self.yields_to == other.yields_to
             and self.input_facts == other.input_facts
             and self.loop_core == other.loop_core
+            and self.size_bound == other.size_bound
         )
 
     def __hash__(self):
         return hash(
-            (base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to, self.input_facts, self.loop_core)
+            (base.__hash__(self), self.policy.digest, self.sensitive_outputs, self.yields_to, self.input_facts, self.loop_core,
+             self.size_bound)
         )
 
     def __reduce__(self):
         # the class is made at runtime, so pickle the stock op and re-apply the policy
         return (
             with_policy,
-            (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to, self.input_facts, self.loop_core),
+            (stock_op(self), self.policy, self.sensitive_outputs, self.yields_to, self.input_facts, self.loop_core,
+             self.size_bound),
         )
 
     namespace = {
@@ -85,14 +90,16 @@ def on_policy_class(hook) -> None:
         hook(cls)
 
 
-_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to", "input_facts", "loop_core")
+_POLICY_ATTRS = ("policy", "sensitive_outputs", "yields_to", "input_facts", "loop_core", "size_bound")
 
 
-def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=(), input_facts=(), loop_core=False):
+def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=(), input_facts=(), loop_core=False,
+                size_bound: int | None = None):
     """A copy of ``op`` of class ``policy_class(type(op))`` carrying ``policy`` (and what
     the analysis found: requirements on its outputs, intervals and relations of its
     inputs, see `graph_ranges`). ``loop_core``: a scalar op that is the core of a stock
-    loop (runs per element), not a node of its own (runs once per call)."""
+    loop (runs per element), not a node of its own (runs once per call). ``size_bound``:
+    the elements its loop iterates over by the graph's shape inference (None: unknown)."""
     new = copy.copy(stock_op(op))
     new.__class__ = policy_class(type(op))
     new.policy = policy
@@ -100,6 +107,7 @@ def with_policy(op, policy: Policy, sensitive_outputs=frozenset(), yields_to=(),
     new.yields_to = tuple(yields_to)
     new.input_facts = tuple(input_facts)
     new.loop_core = bool(loop_core)
+    new.size_bound = None if size_bound is None else int(size_bound)
     return new
 
 

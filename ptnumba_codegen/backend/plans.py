@@ -101,6 +101,7 @@ def plan_elemwise(node) -> KernelPlan:
         inplace=tuple(sorted(op.inplace_pattern.items())),
         static_size=size,
         static_shape=tuple(node.outputs[0].type.shape),
+        size_bound=op.size_bound,
     )
     return KernelPlan("loop", spec, body, tuple(Finish("as_is") for _ in node.outputs))
 
@@ -192,6 +193,7 @@ def plan_fused(node) -> KernelPlan:
         reduces=tuple(reduces),
         static_size=size,
         static_shape=tuple(inner.outputs[0].type.shape),
+        size_bound=op.size_bound,
     )
     return KernelPlan("loop", spec, body, tuple(finish))
 
@@ -226,6 +228,7 @@ def plan_careduce(node, careduce_op=None, scalar_out=False) -> KernelPlan:
         static_size=static_size(x.type.shape),
         visit="careduce" if ndim >= 2 else "c",  # stock's CAReduce order (visit_order)
         static_shape=tuple(x.type.shape),
+        size_bound=op.size_bound,
     )
     if not scalar_acc and stock_order_slots(spec) and comb(ndim, len(axes)) * ndim > MAX_STOCK_LOOPS:
         # stock regroups such sums (an inner accumulator per run): not reproduced

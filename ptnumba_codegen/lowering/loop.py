@@ -61,6 +61,9 @@ class LoopSpec:
     # elemwise loop: logical order) or "careduce" (CAReduce: by decreasing |stride|)
     visit: str = "c"
     static_shape: tuple[int | None, ...] | None = None  # its lengths the types fix (None: unknown)
+    # elements of the iteration space by the graph's shape inference where the types leave a
+    # length unknown (`analysis.inferred_shapes`); read by `chunks.chunk_decision` only
+    size_bound: int | None = None
 
     def reduce_of(self, i) -> Reduce | None:
         return None if self.reduces is None else self.reduces[i]
@@ -367,6 +370,7 @@ def flat_spec(spec: LoopSpec) -> LoopSpec | None:
         inplace=spec.inplace,
         static_size=spec.static_size,
         static_shape=(spec.static_size,),
+        size_bound=spec.size_bound,
     )
 
 

@@ -34,6 +34,10 @@ CONSEQUENCES = {
     ),
     "constant-write folding": "the writes are computed at each call instead of once (same bits)",
     "thread pools": "kernels that split do not yield to the other pools (same bits; may oversubscribe)",
+    "shape inference": (
+        "kernels whose types leave a length unknown are sized by their types alone: the "
+        "thread runtime may start for loops that never split (same bits)"
+    ),
     "as-written freezing": (
         "decisions not frozen before the error are decided on the rewritten graph, as under "
         "`default` (equal to stock numba with fastmath off), not as written"

@@ -27,6 +27,7 @@ from ptnumba_codegen.analysis.whole_graph import (
     with_class_only,
 )
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
+from ptnumba_codegen.analysis.inferred_shapes import iteration_bound
 from ptnumba_codegen.backend.plans import planner_for
 from ptnumba_codegen.backend.scalar_scan import scan_problem
 from pytensor.scan.op import Scan
@@ -97,7 +98,12 @@ class PolicyCodegen(GraphRewriter):
         except Exception as err:  # noqa: BLE001  every kernel strict instead of stock fast-math
             graph_error = pass_errors.record(fgraph, "graph analysis", err)
             facts = sensitive = None
-        if any(may_chunk(node, policy.parallel) for node in kernels):
+        try:  # lengths the types leave unknown and shape inference knows
+            bounds = {node: iteration_bound(fgraph, node) for node in kernels}
+        except Exception as err:  # noqa: BLE001  the types alone, as without it
+            pass_errors.record(fgraph, "shape inference", err)
+            bounds = {}
+        if any(may_chunk(node, policy.parallel, bounds.get(node)) for node in kernels):
             ensure_threading()  # starts the thread runtime, which may share OpenBLAS's pool
         try:
             yields = pools_to_yield_to(fgraph, self.outer_pools) if policy.parallel.enabled else ()
@@ -116,7 +122,7 @@ class PolicyCodegen(GraphRewriter):
                 except Exception as err:  # noqa: BLE001  this kernel strict
                     needs, known = all_outputs_exact(node), ()
                     error = pass_errors.record(fgraph, "kernel analysis", err, node)
-            new_op = with_policy(node.op, policy, needs, yields, known)
+            new_op = with_policy(node.op, policy, needs, yields, known, size_bound=bounds.get(node))
             new_node = Apply(new_op, list(node.inputs), [o.type() for o in node.outputs])
             for old, new in zip(node.outputs, new_node.outputs, strict=True):
                 new.name = old.name
