@@ -236,5 +236,8 @@ def test_probes_run_every_path_in_whole_vectors_and_mixed():
     near = (bits - np.uint64(exact_lanes._LOG_LO)) < np.uint64(exact_lanes._LOG_HI - exact_lanes._LOG_LO)
     special = ((bits >> np.uint64(48)) - np.uint64(0x10)) >= np.uint64(0x7FE0)
     table = ~near & ~special
-    for kind, n in ((near.all(1), 5000), (table.all(1), 15000), (special.all(1), 1000), ((near.any(1) & table.any(1) & ~special.any(1)), 300)):
-        assert kind.sum() >= n
+    # lanes in whole vectors of each path (counted in lanes, not vectors: an AVX-512
+    # vector holds 8, an AVX2 one 4, and the probes are the same elements on both)
+    for kind, lanes in ((near.all(1), 20_000), (table.all(1), 60_000), (special.all(1), 4000)):
+        assert kind.sum() * LANES >= lanes
+    assert (near.any(1) & table.any(1) & ~special.any(1)).sum() >= 300  # mixed vectors
