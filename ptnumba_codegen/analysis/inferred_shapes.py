@@ -63,6 +63,14 @@ def iteration_bound(fgraph, node) -> int | None:
     shapes = [s for s in (inferred_shape(fgraph, v) for v in node.inputs) if s is not None]
     if not shapes:
         shapes = [s for s in (inferred_shape(fgraph, v) for v in node.outputs) if s is not None]
+    dims = broadcast_lengths(shapes)
+    return None if dims is None else math.prod(dims)
+
+
+def broadcast_lengths(shapes) -> list[int] | None:
+    """Each axis's length in the broadcast of ``shapes`` (aligned on their last axes): the
+    longest known length other than 1 there; None if some axis has none (an array of
+    unknown length broadcasts from 1 or has the known length: anything else raises)."""
     ndim = max((len(s) for s in shapes), default=0)
     dims = [1] * ndim
     unknown = [False] * ndim
@@ -74,7 +82,7 @@ def iteration_bound(fgraph, node) -> int | None:
                 dims[k] = max(dims[k], length)
     if any(u and d == 1 for u, d in zip(unknown, dims, strict=True)):
         return None
-    return math.prod(dims)
+    return dims
 
 
-__all__ = ["inferred_shape", "iteration_bound"]
+__all__ = ["broadcast_lengths", "inferred_shape", "iteration_bound"]

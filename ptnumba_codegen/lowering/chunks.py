@@ -32,6 +32,7 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 
 from ptnumba_codegen.analysis.classify import is_transcendental
+from ptnumba_codegen.analysis.inferred_shapes import broadcast_lengths
 from ptnumba_codegen.analysis.kernel_programs import kernel_core, node_program
 from ptnumba_codegen.flags import TRANSCENDENTAL
 from ptnumba_codegen.lowering.loop import combine, chunk_axis, static_lengths
@@ -93,19 +94,8 @@ def may_chunk(node, parallel, size_bound: int | None = None) -> bool:
     stands in for the types where they leave a length unknown (`analysis.inferred_shapes`)."""
     if not parallel.enabled:
         return False
-    shapes = [v.type.shape for v in (*node.inputs, *node.outputs) if hasattr(v.type, "shape")]
-    ndim = max((len(shape) for shape in shapes), default=0)
-    dims = [1] * ndim
-    unknown = [False] * ndim
-    for shape in shapes:
-        for k, d in enumerate(shape, start=ndim - len(shape)):
-            if d is None:
-                unknown[k] = True
-            elif d != 1:
-                dims[k] = max(dims[k], d)
-    # an axis is as long as any array's static length other than 1 there (an array of
-    # unknown length on it broadcasts from 1 or has that length: anything else raises)
-    if any(u and d == 1 for u, d in zip(unknown, dims, strict=True)):
+    dims = broadcast_lengths([v.type.shape for v in (*node.inputs, *node.outputs) if hasattr(v.type, "shape")])
+    if dims is None:  # some axis's length the types leave unknown
         if size_bound is None:
             return True
         dims = [size_bound]
