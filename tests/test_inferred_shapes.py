@@ -106,12 +106,12 @@ def compiled():
             return pytensor.function([x], [pt.exp(m) * 2.0, pt.exp(m).sum()], mode=mode)
 
     with_bound = build()
-    real = policy_codegen.iteration_bound
-    policy_codegen.iteration_bound = lambda fgraph, node: None
+    real = policy_codegen.unknown_length_bounds
+    policy_codegen.unknown_length_bounds = lambda fgraph, nodes: {}
     try:
         without = build()
     finally:
-        policy_codegen.iteration_bound = real
+        policy_codegen.unknown_length_bounds = real
     return with_bound, without
 
 

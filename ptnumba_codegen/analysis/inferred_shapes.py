@@ -67,6 +67,16 @@ def iteration_bound(fgraph, node) -> int | None:
     return None if dims is None else math.prod(dims)
 
 
+def unknown_length_bounds(fgraph, nodes) -> dict:
+    """node -> `iteration_bound` for each of ``nodes`` whose types leave some length of its
+    iteration space unknown (where they fix every length, the types already say it all)."""
+    return {
+        node: iteration_bound(fgraph, node)
+        for node in nodes
+        if broadcast_lengths([v.type.shape for v in (*node.inputs, *node.outputs) if hasattr(v.type, "shape")]) is None
+    }
+
+
 def broadcast_lengths(shapes) -> list[int] | None:
     """Each axis's length in the broadcast of ``shapes`` (aligned on their last axes): the
     longest known length other than 1 there; None if some axis has none (an array of
@@ -85,4 +95,4 @@ def broadcast_lengths(shapes) -> list[int] | None:
     return dims
 
 
-__all__ = ["broadcast_lengths", "inferred_shape", "iteration_bound"]
+__all__ = ["broadcast_lengths", "inferred_shape", "iteration_bound", "unknown_length_bounds"]

@@ -27,7 +27,7 @@ from ptnumba_codegen.analysis.whole_graph import (
     with_class_only,
 )
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
-from ptnumba_codegen.analysis.inferred_shapes import iteration_bound
+from ptnumba_codegen.analysis.inferred_shapes import unknown_length_bounds
 from ptnumba_codegen.backend.plans import planner_for
 from ptnumba_codegen.backend.scalar_scan import scan_problem
 from pytensor.scan.op import Scan
@@ -98,8 +98,8 @@ class PolicyCodegen(GraphRewriter):
         except Exception as err:  # noqa: BLE001  every kernel strict instead of stock fast-math
             graph_error = pass_errors.record(fgraph, "graph analysis", err)
             facts = sensitive = None
-        try:  # lengths the types leave unknown and shape inference knows
-            bounds = {node: iteration_bound(fgraph, node) for node in kernels}
+        try:  # lengths the types leave unknown and shape inference knows (for splitting only)
+            bounds = unknown_length_bounds(fgraph, kernels) if policy.parallel.enabled else {}
         except Exception as err:  # noqa: BLE001  the types alone, as without it
             pass_errors.record(fgraph, "shape inference", err)
             bounds = {}
