@@ -21,6 +21,7 @@ from ptnumba_codegen.analysis.classify import output_needs
 from ptnumba_codegen.as_written.op import is_as_written
 from ptnumba_codegen.backend.plans import plan_node
 from ptnumba_codegen.lowering.vecmath import exact_lanes
+from ptnumba_codegen.lowering.vecmath.isa import isa_reason
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.lowering.rules import rule_kind
 from ptnumba_codegen.backend.ops import is_policy_op
@@ -190,6 +191,8 @@ def explain_node(node) -> list[str]:
             note += f"  [only computed when {describe_formula(plan.body.lazy[k])}]"
         lines.append(f"    {text:<{width}}  {klass:<20} {_fmt_flags(flags):<44} {kind}{note}")
     lines.extend(PLAN_NOTES.get(plan.kind, _no_note)(op, plan))
+    if plan.body.isa is not None:
+        lines.append(f"    vector calls: {isa_reason(plan.spec.static_shape[-1], plan.body.isa)}")
     if plan.spec is not None and plan.spec.reduces:
         for i, red in enumerate(plan.spec.reduces):
             if red is not None:

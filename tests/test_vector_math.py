@@ -583,7 +583,7 @@ def _vector_callers(ir: str, name: str) -> tuple[list[str], list[str]]:
             continue
         if re.search(rf"call [^\n]*<\d+ x double> @_ZGV\w+_{name}\(", definition):
             vector.append(fn_name)
-        if re.search(rf"call [^\n]*double @ptnumba_mvec_{name}_d\(double", definition):
+        if re.search(rf"call [^\n]*double @ptnumba_mvec_{name}_[de]\(double", definition):
             wrapper.append(fn_name)
     return vector, wrapper
 

@@ -152,6 +152,7 @@ def kernel_key(op, node, plan: KernelPlan) -> str | None:
         plan.body.classes,
         plan.body.lazy_key,
         plan.body.once,
+        plan.body.isa,
         plan.finish,
         tuple(str(o.type) for o in node.outputs),
         op.yields_to,

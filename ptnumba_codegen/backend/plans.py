@@ -89,10 +89,18 @@ def static_size(shape) -> int | None:
     return int(np.prod(shape, dtype=np.int64))
 
 
+def _row_length(shape) -> int | None:
+    """The static length of a loop's innermost axis (None: unknown, or no axis)."""
+    return shape[-1] if shape else None
+
+
 def plan_elemwise(node) -> KernelPlan:
     op = node.op
     size = static_size(node.outputs[0].type.shape)
-    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1)
+    body = plan_body(
+        node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1,
+        row_length=_row_length(node.outputs[0].type.shape),
+    )
     spec = LoopSpec(
         ndim=node.outputs[0].type.ndim,
         input_bc=tuple(i.type.broadcastable for i in node.inputs),
@@ -148,7 +156,10 @@ def plan_fused(node) -> KernelPlan:
     if len(node.inputs) != n_in:
         raise Unsupported("FusedElemwise with extra inputs (indices or update targets)")
     size = static_size(inner.outputs[0].type.shape)
-    body = plan_body(node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1)
+    body = plan_body(
+        node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1,
+        row_length=_row_length(inner.outputs[0].type.shape),
+    )
     ndim = inner.outputs[0].type.ndim
     input_bc = tuple(
         None if isinstance(outer.type, ScalarType) else inner_in.type.broadcastable

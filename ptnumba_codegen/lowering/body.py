@@ -3,7 +3,7 @@ with the flags its class gets under the policy."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from llvmlite import ir
@@ -14,6 +14,7 @@ from ptnumba_codegen.lowering.guards import branch_guards, emission_order
 from ptnumba_codegen.lowering.lazy_branches import condition_values, emit_lazily, lazy_guards
 from ptnumba_codegen.lowering.rules import plan_by_class, plan_instr
 from ptnumba_codegen.lowering.stamp import stamp
+from ptnumba_codegen.lowering.vecmath.isa import kernel_isa, row_isa
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.analysis.program import Program
 
@@ -30,6 +31,7 @@ class PlannedBody:
     lazy: dict = field(default_factory=dict)  # instruction -> formula it is computed under (lazy_branches)
     by_class: dict = field(default_factory=dict)  # instruction -> (class rule, bands): computed by class
     once: bool = False  # it runs for one element: every call in its scalar form (`_vectors_where_they_pay`)
+    isa: str | None = None  # its vector calls' ISA where narrower than the host's (`isa.row_isa`)
 
     @property
     def uses_vector_math(self) -> bool:
@@ -98,12 +100,29 @@ def _vectors_where_they_pay(emitters: list, once: bool = False) -> list:
     return [e.scalar() for e in emitters]
 
 
-def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_facts=(), once: bool = False) -> PlannedBody:
+def _float_dtype(program: Program) -> str:
+    floats = {d for d in program.dtypes if d in ("float32", "float64")}
+    return "float32" if floats == {"float32"} else "float64"
+
+
+def plan_body(
+    program: Program, policy: Policy, sensitive_outputs=(), input_facts=(), once: bool = False, row_length=None
+) -> PlannedBody:
     """Classify and plan every instruction; raises Unsupported if one cannot be lowered.
     ``input_facts``: the inputs' intervals and relations (`graph_ranges`); ``once``: the
-    body runs for one element (`_vectors_where_they_pay`)."""
+    body runs for one element (`_vectors_where_they_pay`); ``row_length``: the static
+    length of its loop's innermost axis, if any (the vector calls' ISA, `isa.row_isa`)."""
     for d in (*program.input_dtypes, *program.output_dtypes):
         numba_type(d)
+    isa = None if once else row_isa(row_length, _float_dtype(program))
+    with kernel_isa(isa):
+        planned = _plan_body(program, policy, sensitive_outputs, input_facts, once, isa)
+    if isa is not None and not planned.uses_vector_math:
+        planned = replace(planned, isa=None)  # nothing to narrow: one cache key for its kernels
+    return planned
+
+
+def _plan_body(program, policy, sensitive_outputs, input_facts, once, isa) -> PlannedBody:
     analysis = analyze(
         program, sensitive_outputs, relaxable_under(program, policy), input_facts, by_class_under(program, policy)
     )
@@ -142,11 +161,17 @@ def plan_body(program: Program, policy: Policy, sensitive_outputs=(), input_fact
         lazy,
         dict(analysis.by_class),
         once,
+        isa,
     )
 
 
 def emit_body(context, builder, planned: PlannedBody, args: list, record: list | None = None) -> list:
     """Emit the scalar body on ``args`` (one ir.Value per program input)."""
+    with kernel_isa(planned.isa):
+        return _emit_body(context, builder, planned, args, record)
+
+
+def _emit_body(context, builder, planned: PlannedBody, args: list, record: list | None) -> list:
     program = planned.program
     env = dict(zip(program.inputs, args, strict=True))
     for vid, value in program.constants:

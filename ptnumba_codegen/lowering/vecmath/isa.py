@@ -4,6 +4,8 @@ the attributes every vector function declaration gets."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 from llvmlite import ir
@@ -26,13 +28,72 @@ def _features(configured: str | None) -> tuple[str, ...]:
     return tuple((configured if configured is not None else get_host_cpu_features()).split(","))
 
 
-def target_isa() -> str | None:
+def host_isa() -> str | None:
     """libmvec ISA letter for numba's JIT target: 'e' (AVX-512), 'd' (AVX2) or None."""
     features = target_features()
     if "+avx512f" in features:
         return "e"
     if "+avx2" in features:
         return "d"
+    return None
+
+
+# The ISA of the kernel being planned or emitted, where it is narrower than the host's
+# (`row_isa`, `kernel_isa`); None: the host's.
+_KERNEL_ISA: contextvars.ContextVar[str | None] = contextvars.ContextVar("ptnumba_kernel_isa", default=None)
+
+
+def target_isa() -> str | None:
+    """libmvec ISA letter the vector calls being planned or emitted use: the host's
+    (`host_isa`), or the narrower one `kernel_isa` set for this kernel."""
+    host = host_isa()
+    narrowed = _KERNEL_ISA.get()
+    if narrowed is not None and host is not None and ISA_BITS[narrowed] < ISA_BITS[host]:
+        return narrowed
+    return host
+
+
+@contextlib.contextmanager
+def kernel_isa(isa: str | None):
+    """Plan or emit one kernel's vector calls at ``isa`` (None, or the host's: unchanged)."""
+    token = _KERNEL_ISA.set(isa)
+    try:
+        yield
+    finally:
+        _KERNEL_ISA.reset(token)
+
+
+# Where a kernel's vector calls use fewer lanes than the host's widest vectors. A loop whose
+# innermost axis has a static length runs each row as whole vectors plus a remainder, and
+# the loop vectorizer leaves the remainder scalar: each remaining element calls the scalar
+# wrapper, which does a whole vector's work for one value (the same bits at every
+# position). A row of 12 doubles on AVX-512 costs 1 vector call and 4 whole-vector scalar
+# calls, 5 calls' work; AVX2's 4 lanes, which an AVX-512 machine runs as well, cost 3.
+# (frailty_coxph's (3770, 12) kernel: docs/benchmarks.md, "Rows that do not fill AVX-512's
+# vectors".) Rows shorter than the wide vector are left to the host's ISA: LLVM unrolls
+# such a row whole and vectorizes the loop around it (`loop.SHORT_ROW`).
+NARROWER_ISA = {"e": "d"}
+
+
+def _row_calls(length: int, lanes: int) -> int:
+    """Whole-vector calls a row of ``length`` costs: its full vectors plus one scalar
+    wrapper call (a whole vector's work) per remaining element."""
+    return length // lanes + length % lanes
+
+
+def row_isa(row_length: int | None, dtype: str = "float64") -> str | None:
+    """The ISA for a kernel whose innermost axis has ``row_length`` elements (None: not
+    static): the narrower ISA when its rows cost fewer whole-vector calls, else None (the
+    host's)."""
+    host = host_isa()
+    narrow = NARROWER_ISA.get(host)
+    if narrow is None or row_length is None:
+        return None
+    wide = lane_count(host, dtype)
+    if row_length <= wide or row_length % wide == 0:
+        return None
+    if _row_calls(row_length, lane_count(narrow, dtype)) < _row_calls(row_length, wide):
+        return narrow
     return None
 
 
@@ -63,4 +124,18 @@ def keep_alive(module: ir.Module, fn: ir.Function):
     gv.initializer = ir.Constant(arr, elems)
 
 
-__all__ = ["ISA_BITS", "keep_alive", "lane_count", "mark_pure", "target_features", "target_isa"]
+def isa_reason(row_length: int, isa: str, dtype: str = "float64") -> str:
+    """Why a kernel's vector calls use ``isa`` (for explain)."""
+    host = host_isa()
+    wide, narrow = lane_count(host, dtype), lane_count(isa, dtype)
+    return (
+        f"{narrow} lanes ({isa}), not the host's {wide} ({host}): a row of {row_length} costs "
+        f"{_row_calls(row_length, narrow)} whole-vector calls at {narrow} lanes, "
+        f"{_row_calls(row_length, wide)} at {wide} (its remainder runs one element per call)"
+    )
+
+
+__all__ = [
+    "ISA_BITS", "NARROWER_ISA", "host_isa", "isa_reason", "keep_alive", "kernel_isa", "lane_count", "mark_pure", "row_isa",
+    "target_features", "target_isa",
+]
