@@ -30,7 +30,7 @@ from ptnumba_codegen.lowering.vecmath.libmvec import ulp_bound
         (28, "float64", None),  # 3 + 4 against 7: a tie keeps the host's
         (16, "float64", None),  # whole vectors
         (8, "float64", None),
-        (6, "float64", None),  # shorter than a vector: LLVM vectorizes the loop around it
+        (6, "float64", None),  # shorter than a vector (and no row loop: `loop.row_loop_length`)
         (None, "float64", None),  # not static
         (24, "float32", "d"),  # 16 lanes: 1 + 8 against 3
         (12, "float32", None),  # shorter than 16 float32 lanes

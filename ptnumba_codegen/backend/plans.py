@@ -23,7 +23,7 @@ from ptnumba_codegen.backend.indexed_parts import indexed, lowered_as_parts, par
 from ptnumba_codegen.analysis.kernel_programs import inner_careduce, inner_elemwise, node_program
 from ptnumba_codegen.lowering.body import PlannedBody, plan_body
 from ptnumba_codegen.lowering.kernel import Finish
-from ptnumba_codegen.lowering.loop import SCALAR_REDUCERS, LoopSpec, Reduce, stock_order_slots
+from ptnumba_codegen.lowering.loop import SCALAR_REDUCERS, LoopSpec, Reduce, row_loop_length, stock_order_slots
 from ptnumba_codegen.lowering.visit_order import MAX_STOCK_LOOPS
 from ptnumba_codegen.lowering.base import Unsupported, numba_type
 from ptnumba_codegen.backend.ops import stock_op, with_policy
@@ -89,17 +89,12 @@ def static_size(shape) -> int | None:
     return int(np.prod(shape, dtype=np.int64))
 
 
-def _row_length(shape) -> int | None:
-    """The static length of a loop's innermost axis (None: unknown, or no axis)."""
-    return shape[-1] if shape else None
-
-
 def plan_elemwise(node) -> KernelPlan:
     op = node.op
     size = static_size(node.outputs[0].type.shape)
     body = plan_body(
         node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1,
-        row_length=_row_length(node.outputs[0].type.shape),
+        row_length=row_loop_length(node.outputs[0].type.shape),
     )
     spec = LoopSpec(
         ndim=node.outputs[0].type.ndim,
@@ -158,7 +153,7 @@ def plan_fused(node) -> KernelPlan:
     size = static_size(inner.outputs[0].type.shape)
     body = plan_body(
         node_program(node), op.policy, op.sensitive_outputs, op.input_facts, once=size == 1,
-        row_length=_row_length(inner.outputs[0].type.shape),
+        row_length=row_loop_length(inner.outputs[0].type.shape),
     )
     ndim = inner.outputs[0].type.ndim
     input_bc = tuple(

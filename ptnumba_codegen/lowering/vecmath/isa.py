@@ -63,15 +63,14 @@ def kernel_isa(isa: str | None):
         _KERNEL_ISA.reset(token)
 
 
-# Where a kernel's vector calls use fewer lanes than the host's widest vectors. A loop whose
-# innermost axis has a static length runs each row as whole vectors plus a remainder, and
-# the loop vectorizer leaves the remainder scalar: each remaining element calls the scalar
-# wrapper, which does a whole vector's work for one value (the same bits at every
-# position). A row of 12 doubles on AVX-512 costs 1 vector call and 4 whole-vector scalar
-# calls, 5 calls' work; AVX2's 4 lanes, which an AVX-512 machine runs as well, cost 3.
-# (frailty_coxph's (3770, 12) kernel: docs/benchmarks.md, "Rows that do not fill AVX-512's
-# vectors".) Rows shorter than the wide vector are left to the host's ISA: LLVM unrolls
-# such a row whole and vectorizes the loop around it (`loop.SHORT_ROW`).
+# Where a kernel's vector calls use fewer lanes than the host's widest vectors. A row loop
+# (`loop.row_loop_length`: an innermost axis of static length, 8 to 63) runs each row as
+# whole vectors, one per iteration, plus a remainder the loop vectorizer leaves scalar:
+# each remaining element calls the scalar wrapper, which does a whole vector's work for
+# one value (the same bits at every position). A row of 12 doubles on AVX-512 costs 1
+# vector call and 4 whole-vector scalar calls, 5 calls' work; AVX2's 4 lanes, which an
+# AVX-512 machine runs as well, cost 3. (frailty_coxph's (3770, 12) kernel:
+# docs/benchmarks.md, "Rows that do not fill AVX-512's vectors".)
 NARROWER_ISA = {"e": "d"}
 
 
@@ -82,9 +81,8 @@ def _row_calls(length: int, lanes: int) -> int:
 
 
 def row_isa(row_length: int | None, dtype: str = "float64") -> str | None:
-    """The ISA for a kernel whose innermost axis has ``row_length`` elements (None: not
-    static): the narrower ISA when its rows cost fewer whole-vector calls, else None (the
-    host's)."""
+    """The ISA for a kernel whose row loop has ``row_length`` elements (None: no row loop):
+    the narrower ISA when its rows cost fewer whole-vector calls, else None (the host's)."""
     host = host_isa()
     narrow = NARROWER_ISA.get(host)
     if narrow is None or row_length is None:
