@@ -27,6 +27,14 @@ pytestmark = pytest.mark.skipif(
     reason="no OpenBLAS with caller-managed threading (>= 0.3.28) here",
 )
 
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _installed():
+    """These tests run BLAS through the callback: install it without waiting for a split."""
+    assert shared_blas.install_now()
+
+
 SHAPES = [((3000, 200), (200,)), ((200, 3000), (3000,)), ((400, 300), (300, 250)), ((2000, 11), (11, 5))]
 
 
@@ -120,7 +128,8 @@ def unshared():
         yield
     finally:
         shared_blas.share_blas_pool(_STATE["library"].get_pointer_to_function(BLAS_CALLBACK))
-    assert shared_blas.blas_pool_shared()
+        shared_blas.install_now()
+    assert shared_blas.installed()
 
 
 def _dot_graph():
@@ -165,3 +174,33 @@ def test_blas_inside_a_numba_prange_runs_its_jobs_on_threads_of_their_own():
     got = batched(As, B)
     for i in range(4):
         np.testing.assert_array_equal(got[i], _products(As[i], B)[0])
+
+
+_FIRST_SPLIT = """
+import numpy as np, pytensor, pytensor.tensor as pt, ptnumba_codegen
+from ptnumba_codegen.runtime import shared_blas, threads
+X, b = pt.matrix("X"), pt.vector("b")
+fn = pytensor.function([X, b], pt.exp(X @ b) * 2.0 + 1.0, mode=ptnumba_codegen.policy_mode("rewritten"))
+small = np.random.default_rng(0).standard_normal((300, 40)), np.ones(40)
+for _ in range(5):
+    fn(*small)
+before = (shared_blas.blas_pool_shared(), shared_blas.installed(), threads.chunk_launches())
+big = np.random.default_rng(1).standard_normal((400_000, 4)), np.ones(4)
+for _ in range(6):
+    out = fn(*big)
+ok = bool(np.allclose(out, np.exp(big[0] @ big[1]) * 2.0 + 1.0, rtol=1e-12))
+print("RESULT", *before, shared_blas.installed(), threads.chunk_launches(), ok)
+"""
+
+
+def test_openblas_keeps_its_pool_until_a_loop_splits():
+    """Armed when the runtime starts, installed just before the first split loop: a
+    function whose loops have not split leaves OpenBLAS its own workers (a parallel region
+    per small BLAS call costs more), and the first split hands them to numba's threads."""
+    from conftest import second_process_line
+
+    words = second_process_line(_FIRST_SPLIT, [], "RESULT").split()[1:]
+    armed, installed_before, launches_before, installed_after, launches_after, ok = words
+    assert (armed, installed_before, launches_before) == ("True", "False", "0")
+    assert int(launches_after) > 0, "no loop split (one thread here?)"
+    assert installed_after == "True" and ok == "True"

@@ -16,11 +16,16 @@ OpenBLAS partitions the work before the callback sees it, so every result keeps 
 only where the jobs run changes. OpenBLAS's own workers then fall asleep for good. A
 child made by ``fork()`` gives OpenBLAS its own threads back (GNU OpenMP cannot run in it).
 
-It is done once per process, when the split runtime starts (the first policy kernel that
-may split). It applies to every caller of that OpenBLAS in the process, stock kernels and
+It is armed once per process, when the split runtime starts (the first policy kernel that
+may split), and installed by the runtime itself just before the process's first split loop
+(`PENDING_SYMBOL`): until a loop splits, numba's threads are idle and OpenBLAS's own pool
+takes nothing from them, while a parallel region per small BLAS call costs more than
+OpenBLAS's own workers (a structural-equation model's 4 x 263 triangular solves, cut into
+two jobs, cost about 5 us more per call through the callback; docs/benchmarks.md). Once
+installed, it applies to every caller of that OpenBLAS in the process, stock kernels and
 ``scipy.linalg`` included: their jobs then run on numba's threads (``NUMBA_NUM_THREADS``,
-not `set_parallel_enabled`, which is about split loops). Opt out with ``PTNUMBA_CODEGEN_SHARE_BLAS=0`` in the environment,
-or `unshare_blas_pool`.
+not `set_parallel_enabled`, which is about split loops). Opt out with
+``PTNUMBA_CODEGEN_SHARE_BLAS=0`` in the environment, or `unshare_blas_pool`.
 """
 
 from __future__ import annotations
@@ -29,8 +34,17 @@ import ctypes
 import logging
 import os
 
+from llvmlite import binding as llvm
+
 ENV = "PTNUMBA_CODEGEN_SHARE_BLAS"
 SETTERS = ("scipy_openblas_set_threads_callback_function", "openblas_set_threads_callback_function")
+
+# An armed installation, [setter, callback] (or nulls): the split runtime calls
+# setter(callback) and clears it just before its first parallel launch
+# (`threads._install_pending_blas`).
+PENDING_SYMBOL = "ptnumba_codegen_blas_share"
+_PENDING = (ctypes.c_void_p * 2)(None, None)
+llvm.add_symbol(PENDING_SYMBOL, ctypes.addressof(_PENDING))
 
 _STATE: dict = {}
 log = logging.getLogger("ptnumba_codegen")
@@ -60,7 +74,8 @@ def _scipy_openblas():
 
 
 def share_blas_pool(callback_address: int) -> bool:
-    """Run OpenBLAS's parallel jobs through ``callback_address``; False if it cannot."""
+    """Run OpenBLAS's parallel jobs through ``callback_address`` from the process's first
+    split loop on (armed now, installed by the runtime then); False if it cannot."""
     if os.environ.get(ENV, "1") == "0":
         return False
     if _STATE.get("path"):
@@ -70,17 +85,35 @@ def share_blas_pool(callback_address: int) -> bool:
         log.info("OpenBLAS keeps its own threads: no caller-managed threading (OpenBLAS < 0.3.28?)")
         return False
     setter, path = found
-    setter(callback_address)
-    _STATE.update(setter=setter, path=path)
+    _STATE.update(setter=setter, path=path, callback=callback_address)
+    _PENDING[1] = callback_address
+    _PENDING[0] = ctypes.cast(setter, ctypes.c_void_p).value
     _mark(True)
-    log.info("OpenBLAS (%s) runs its parallel jobs on numba's threads", path)
+    log.info("OpenBLAS (%s) runs its parallel jobs on numba's threads from the first split loop on", path)
     return True
+
+
+def install_now() -> bool:
+    """Install an armed callback at once (as the first split loop would); False if none is."""
+    if not _STATE.get("path"):
+        return False
+    if _PENDING[0]:
+        _PENDING[0] = None
+        _STATE["setter"](_STATE["callback"])
+    return True
+
+
+def installed() -> bool:
+    """OpenBLAS's jobs run on numba's threads now (armed, and a loop has split since)."""
+    return bool(_STATE.get("path")) and not _PENDING[0]
 
 
 def unshare_blas_pool() -> None:
     """Give OpenBLAS its own threads back."""
+    _PENDING[0] = None
     setter = _STATE.pop("setter", None)
     _STATE.pop("path", None)
+    _STATE.pop("callback", None)
     if setter is not None:
         setter(None)
     _mark(False)
@@ -93,6 +126,8 @@ def unshare_in_child() -> None:
 
 
 def blas_pool_shared() -> bool:
+    """OpenBLAS's jobs run on numba's threads, or will from the first split loop on (split
+    loops then need not yield to its pool: `pools.pools_to_yield_to`)."""
     return bool(_STATE.get("path"))
 
 

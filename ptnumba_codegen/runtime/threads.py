@@ -47,7 +47,7 @@ from llvmlite import ir
 
 from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
 from ptnumba_codegen.runtime import disk_cache, runtime_cache
-from ptnumba_codegen.runtime.shared_blas import share_blas_pool, unshare_in_child
+from ptnumba_codegen.runtime.shared_blas import PENDING_SYMBOL, share_blas_pool, unshare_in_child
 
 GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
 # The LLVM symbols keep their first names (every chunked kernel's IR calls them, and
@@ -461,6 +461,7 @@ def _build_try_chunks(mod, gate, get_num_threads, parallel_for, tramp):
     _require_measured_choice(b, stats, require, one_thread)
     busy = b.gep(gate, [I32(0), I32(1)])
     require(b.extract_value(b.cmpxchg(busy, I32(0), I32(1), "acquire", "monotonic"), 1))
+    _install_pending_blas(b)
     b.store(clen, clen_slot)
     b.store(I32(0), err_slot)
     job = b.alloca(JOB_TYPE)
@@ -478,6 +479,19 @@ def _build_try_chunks(mod, gate, get_num_threads, parallel_for, tramp):
     b.store_atomic(I32(0), busy, "release", 4)
     failed = b.icmp_signed("!=", b.load_atomic(err_slot, "monotonic", 4), I32(0))
     b.ret(b.select(failed, I32(CHUNK_RAISED), I32(CHUNKS_DONE)))
+
+
+def _install_pending_blas(b):
+    """Before a parallel launch: ``setter(callback)`` if `shared_blas` armed one, once (the
+    launch holds the busy lock, so one thread at a time gets here)."""
+    mod = b.module
+    pending = mod.globals.get(PENDING_SYMBOL) or ir.GlobalVariable(mod, ir.ArrayType(I8P, 2), PENDING_SYMBOL)
+    slot = b.gep(pending, [I32(0), I32(0)])
+    setter = b.load_atomic(slot, "acquire", 8)
+    with b.if_then(b.icmp_unsigned("!=", setter, ir.Constant(I8P, None)), likely=False):
+        callback = b.load(b.gep(pending, [I32(0), I32(1)]))
+        b.store_atomic(ir.Constant(I8P, None), slot, "release", 8)
+        b.call(b.bitcast(setter, ir.FunctionType(ir.VoidType(), [I8P]).as_pointer()), [callback])
 
 
 def _require_measured_choice(b, stats, require, one_thread):
