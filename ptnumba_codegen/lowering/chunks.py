@@ -243,7 +243,7 @@ class Chunks:
         n_in, n_out = self.n_in, self.n_out
         values = [cb.load(self.field(cb, st, k)) for k in range(n_in + n_out + self.nd)]
         in_vals, out_vals, shape = values[:n_in], values[n_in : n_in + n_out], values[n_in + n_out :]
-        shape = static_lengths(context, spec, shape)  # the chunk cannot see the kernel's constants
+        shape = static_lengths(context, cb, spec, shape)  # the chunk cannot see the kernel's constants
         c_arrays = {k: arrayobj.make_array(self.nest.input_types[k])(context, cb, in_vals[k]) for k in arrays}
         c_outputs = self._chunk_outputs(cb, out_vals, c_arrays)
         if not self.accs:

@@ -594,23 +594,28 @@ def _constant_trip_count(spec: LoopSpec, d: int) -> bool:
     return not (d == len(spec.static_shape) - 1 and row_loop_length(spec.static_shape) is not None)
 
 
-def static_lengths(context, spec: LoopSpec, iter_shape) -> list:
+def static_lengths(context, builder, spec: LoopSpec, iter_shape) -> list:
     """``iter_shape`` with the lengths the types fix as constants: LLVM then knows the
     trip count of a short axis (a softmax over 5 classes) and unrolls it, so the long
     axis becomes the vectorized loop instead of leaving every element to the scalar
     remainder.
 
-    A row loop's axis (`row_loop_length`) keeps its run-time length: given the constant,
-    LLVM unrolls a row of 8 to 16 elements with a small body whole and vectorizes the loop
-    around it, reading every input at the row's stride with gathers (a structural-equation
-    model's (263, 12) kernel 2.5x stock's time, a Cox model's (3770, 12) check 1.3x);
-    left a loop, its row is read as contiguous vectors, as stock's is. Addresses still
-    use every static length (`_item_pointer`)."""
+    A row loop's axis (`row_loop_length`) gets its length hidden (`_row_trip_count`): given
+    the constant, LLVM unrolls a row of 8 to 16 elements with a small body whole and
+    vectorizes the loop around it, reading every input at the row's stride with gathers (a
+    structural-equation model's (263, 12) kernel 2.5x stock's time, a Cox model's
+    (3770, 12) check 1.3x); left a loop, its row is read as contiguous vectors, as stock's
+    is. Addresses still use every static length (`_item_pointer`)."""
     static = spec.static_shape or (None,) * len(iter_shape)
-    return [
-        context.get_constant(types.intp, fixed) if _constant_trip_count(spec, d) else length
-        for d, (length, fixed) in enumerate(zip(iter_shape, static, strict=True))
-    ]
+    lengths = []
+    for d, (length, fixed) in enumerate(zip(iter_shape, static, strict=True)):
+        if fixed is None:
+            lengths.append(length)
+        elif _constant_trip_count(spec, d):
+            lengths.append(context.get_constant(types.intp, fixed))
+        else:
+            lengths.append(_row_trip_count(context, builder, fixed))
+    return lengths
 
 
 def _checked_static_shape(context, builder, spec: LoopSpec, iter_shape) -> list:
@@ -625,11 +630,7 @@ def _checked_static_shape(context, builder, spec: LoopSpec, iter_shape) -> list:
             context.call_conv.return_user_exc(
                 builder, ValueError, (f"ptnumba_codegen: axis {d} does not have the static length {spec.static_shape[d]} of its type",)
             )
-    lengths = static_lengths(context, spec, iter_shape)
-    return [
-        _row_trip_count(context, builder, f) if f is not None and not _constant_trip_count(spec, d) else n
-        for d, (n, f) in enumerate(zip(lengths, static, strict=True))
-    ]
+    return static_lengths(context, builder, spec, iter_shape)
 
 
 def _row_trip_count(context, builder, length: int):
