@@ -129,3 +129,16 @@ def test_a_narrowed_rows_bits_do_not_depend_on_position():
     finite = ~special
     assert _ulps(y[finite, 0], want[finite]).max() <= ulp_bound("log", "float64") + 1  # the * 2.0 is exact
     assert np.array_equal(np.isnan(s), np.isnan(want))
+
+
+@needs_avx512
+def test_explain_says_why_a_kernel_uses_fewer_lanes():
+    import ptnumba_codegen
+
+    _compiled_ir(12)
+    fn = compile_fn(*_rows(12), "policy_default", cache_key="row_isa_12", inspect_ir=True)
+    text = ptnumba_codegen.explain(fn)
+    assert "vector calls: 4 lanes (d), not the host's 8 (e): a row of 12 costs 3 whole-vector calls" in text
+    assert "vector calls:" not in ptnumba_codegen.explain(
+        compile_fn(*_rows(16), "policy_default", cache_key="row_isa_16", inspect_ir=True)
+    )
