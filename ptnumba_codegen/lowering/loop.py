@@ -585,15 +585,6 @@ def _fix_zero_signs(context, builder, red, value, key, ty):
         builder.store(fix_zero_sign(builder, builder.load(vp), builder.load(kp)), vp)
 
 
-def _constant_trip_count(spec: LoopSpec, d: int) -> bool:
-    """Whether axis ``d``'s loop gets its static length as a constant trip count: every
-    static axis but an innermost one of `SHORT_ROW` or more elements (`static_lengths`)."""
-    fixed = spec.static_shape[d] if spec.static_shape else None
-    if fixed is None:
-        return False
-    return not (d == len(spec.static_shape) - 1 and row_loop_length(spec.static_shape) is not None)
-
-
 def static_lengths(context, builder, spec: LoopSpec, iter_shape) -> list:
     """``iter_shape`` with the lengths the types fix as constants: LLVM then knows the
     trip count of a short axis (a softmax over 5 classes) and unrolls it, so the long
@@ -607,14 +598,15 @@ def static_lengths(context, builder, spec: LoopSpec, iter_shape) -> list:
     (3770, 12) check 1.3x); left a loop, its row is read as contiguous vectors, as stock's
     is. Addresses still use every static length (`_item_pointer`)."""
     static = spec.static_shape or (None,) * len(iter_shape)
+    row = len(iter_shape) - 1 if row_loop_length(spec.static_shape) is not None else None
     lengths = []
     for d, (length, fixed) in enumerate(zip(iter_shape, static, strict=True)):
         if fixed is None:
             lengths.append(length)
-        elif _constant_trip_count(spec, d):
-            lengths.append(context.get_constant(types.intp, fixed))
-        else:
+        elif d == row:
             lengths.append(_row_trip_count(context, builder, fixed))
+        else:
+            lengths.append(context.get_constant(types.intp, fixed))
     return lengths
 
 

@@ -85,7 +85,7 @@ def share_blas_pool(callback_address: int) -> bool:
         log.info("OpenBLAS keeps its own threads: no caller-managed threading (OpenBLAS < 0.3.28?)")
         return False
     setter, path = found
-    _STATE.update(setter=setter, path=path, callback=callback_address)
+    _STATE.update(setter=setter, path=path)
     _PENDING[1] = callback_address
     _PENDING[0] = ctypes.cast(setter, ctypes.c_void_p).value
     _mark(True)
@@ -99,7 +99,7 @@ def install_now() -> bool:
         return False
     if _PENDING[0]:
         _PENDING[0] = None
-        _STATE["setter"](_STATE["callback"])
+        _STATE["setter"](_PENDING[1])
     return True
 
 
@@ -113,7 +113,6 @@ def unshare_blas_pool() -> None:
     _PENDING[0] = None
     setter = _STATE.pop("setter", None)
     _STATE.pop("path", None)
-    _STATE.pop("callback", None)
     if setter is not None:
         setter(None)
     _mark(False)
