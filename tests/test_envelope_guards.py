@@ -227,3 +227,112 @@ def test_a_draw_is_never_put_behind_a_guard():
     draw = pt.random.normal(x, rng=rng)
     assert envelope_guards._runs_once(draw.owner)
     assert not envelope_guards._runs_once(pt.exp(x).owner)
+
+
+# --- the slow path compiled on demand (as_written.lowering.SLOW_PATH) ---------------------
+
+
+def out_of_box_inputs():
+    X, beta, b0 = inputs()
+    beta[3] = np.inf
+    return X, beta, b0
+
+
+def check_decisions(fn, args):
+    ref = hsgp_fn("unoptimized_strict")(*args)
+    res = fn(*args)
+    np.testing.assert_array_equal(res[0], ref[0])
+    assert np.isneginf(res[1]) == np.isneginf(ref[1])
+
+
+def test_the_slow_path_is_compiled_when_a_call_first_leaves_the_box():
+    """The function's IR calls the slow path by name and holds none of it (no libm sin:
+    only the slow path's strict basis calls it); nothing of it runs or compiles until a
+    call leaves the box; then the decisions are the reference's."""
+    from conftest import final_ir
+    from ptnumba_codegen.as_written import lowering
+    from ptnumba_codegen.runtime import python_callbacks
+
+    fn = compile_fn(*hsgp_graph(), "policy_as_written", inspect_ir=True)
+    [guard] = guard_nodes(fn)
+    symbol = lowering.SLOW_PATH_SYMBOLS[guard]
+    args = inputs()
+    assert in_box(args)
+    check_decisions(fn, args)
+    ir = final_ir(fn)
+    assert f"@{symbol}(" in ir
+    assert "@sin(" not in ir and "@llvm.sin" not in ir
+    entry = python_callbacks._REGISTERED[symbol]
+    assert entry.fn._fn is None  # not built, so not compiled
+    calls = python_callbacks.calls(symbol)
+    check_decisions(fn, out_of_box_inputs())
+    assert python_callbacks.calls(symbol) == calls + 1 and entry.fn._fn is not None
+
+
+def test_a_raising_slow_path_raises_in_the_call(monkeypatch):
+    from ptnumba_codegen.as_written import lowering
+    from ptnumba_codegen.runtime import python_callbacks
+
+    fn = hsgp_fn("policy_as_written")
+    [guard] = guard_nodes(fn)
+    entry = python_callbacks._REGISTERED[lowering.SLOW_PATH_SYMBOLS[guard]]
+
+    def broken(*values):
+        raise FloatingPointError("slow path")
+
+    monkeypatch.setattr(entry, "fn", broken)
+    with pytest.raises(RuntimeError, match="envelope guard's slow path"):
+        fn(*out_of_box_inputs())
+    monkeypatch.undo()
+    check_decisions(fn, out_of_box_inputs())
+
+
+def test_the_linked_slow_path_decides_the_same(monkeypatch):
+    from ptnumba_codegen.as_written import lowering
+
+    monkeypatch.setattr(lowering, "SLOW_PATH", "linked")
+    fn = compile_fn(*hsgp_graph(), "policy_as_written")
+    [guard] = guard_nodes(fn)
+    assert guard not in lowering.SLOW_PATH_SYMBOLS
+    check_decisions(fn, out_of_box_inputs())
+    check_decisions(fn, inputs())
+
+
+SLOW_PATH_PROBE = r"""
+import sys
+from pathlib import Path
+import numpy as np
+import pytensor
+import pytensor.link.numba.cache as numba_cache
+sys.path.insert(0, sys.argv[2])
+numba_cache.NUMBA_CACHE_PATH = Path(sys.argv[1])
+from test_envelope_guards import hsgp_graph, guard_nodes
+from conftest import compile_fn
+from ptnumba_codegen.as_written import lowering
+from ptnumba_codegen.runtime import python_callbacks
+args = np.load(Path(sys.argv[1]) / "args.npz")
+with pytensor.config.change_flags(numba__cache=True):
+    fn = compile_fn(*hsgp_graph(), "policy_as_written")
+    ok, logp = fn(args["X"], args["beta"], args["b0"])
+[guard] = guard_nodes(fn)
+calls = python_callbacks.calls(lowering.SLOW_PATH_SYMBOLS[guard])
+print("PROBE", calls, ok.astype(int).tolist(), float(logp))
+"""
+
+
+def test_a_second_process_binds_the_cached_functions_call(tmp_path):
+    """The function on PyTensor's disk cache refers to the slow path by name only: a second
+    process loads it, binds the name again and gets the same decisions outside the box."""
+    from pathlib import Path
+
+    from conftest import second_process_line
+
+    X, beta, b0 = out_of_box_inputs()
+    np.savez(tmp_path / "args.npz", X=X, beta=beta, b0=b0)
+    tests = Path(__file__).parent
+    cold = second_process_line(SLOW_PATH_PROBE, [tmp_path, tests], "PROBE")
+    warm = second_process_line(SLOW_PATH_PROBE, [tmp_path, tests], "PROBE")
+    assert cold == warm
+    assert cold.split()[1] == "1"
+    ref = hsgp_fn("unoptimized_strict")(X, beta, b0)
+    assert cold.split(" ", 2)[2].startswith(str(ref[0].astype(int).tolist()))

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import threading
+import weakref
 from functools import cache
 
 from pytensor import config
@@ -50,6 +53,7 @@ from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
 from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
+from ptnumba_codegen.runtime import python_callbacks
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
 
 # The node types of an inner graph the generator compiles: elementwise kernels, and
@@ -79,6 +83,22 @@ INNER_REWRITES = {
     "elementwise ones reach the generator (strict, exact lanes) instead of scalar libm loops",
 }
 MERGE_POSITION = 0
+
+# How an envelope guard's slow path (the inner graph, run when a call leaves the box) is
+# part of the compiled function: "on_demand" compiles it at the first call that needs it
+# and calls it through `python_callbacks` (a model's cold compile then leaves it out: the
+# catalogue's malaria HSGP compiled in half the CPU time, docs/benchmarks.md); "linked"
+# compiles it with the function, linked into it. PTNUMBA_CODEGEN_SLOW_PATH selects.
+SLOW_PATHS = ("on_demand", "linked")
+SLOW_PATH = os.environ.get("PTNUMBA_CODEGEN_SLOW_PATH", "on_demand")
+if SLOW_PATH not in SLOW_PATHS:
+    raise ValueError(f"PTNUMBA_CODEGEN_SLOW_PATH={SLOW_PATH!r}: allowed values are {', '.join(SLOW_PATHS)}")
+# guard node (op if funcified without one) -> the symbol its compiled function calls its slow path through (on_demand)
+SLOW_PATH_SYMBOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+SLOW_PATH_FAILED = (
+    "ptnumba_codegen: an envelope guard's slow path (its decisions as written, outside the guard's box) "
+    "raised; the exception and its traceback are in the 'ptnumba_codegen' log"
+)
 FUSION_POSITION = 49  # where fast_run fuses: after the reference's early rewrites
 
 
@@ -166,34 +186,98 @@ def _inside_src(x, bound):
 _inside = numba_njit(_inside_src)
 
 
+def _slow_path_slots(op):
+    """The values an envelope guard passes to its slow path (inner inputs, then outputs),
+    or None if one has no `python_callbacks.PASSED_TYPES` row (it is linked then)."""
+    from pytensor.link.numba.dispatch.basic import get_numba_type
+
+    try:
+        values = [*op.fgraph.inputs, *op.fgraph.outputs]
+        slots = tuple(python_callbacks.slot_of(get_numba_type(v.type)) for v in values)
+    except NotImplementedError:
+        return None
+    return None if None in slots else slots
+
+
+def _slow_path(inner_fn, key):
+    """The inner graph's function, callable from Python, compiled at its first call (with
+    fast math off, as the inner graph's functions; on PyTensor's numba cache under its own
+    key)."""
+    src = "def as_written_slow_path(*args):\n    return jitable_func(*args)\n"
+    cache_key = None if key is None or not config.numba__cache else f"{key}_slow_path"
+    with config.change_flags(numba__fastmath=False):
+        # __name__: numba's cache rebuilds the function's environment from its module's name
+        env = {"__name__": __name__, "jitable_func": inner_fn}
+        fn = compile_numba_function_src(src, "as_written_slow_path", env, cache_key=cache_key)
+        return numba_njit(fn, final_function=True, cache=cache_key is not None)
+
+
 @register_funcify_and_cache_key(EnvelopeGuarded)
 def funcify_envelope_guarded(op, node=None, **kwargs):
-    """The constants inside the box, else the inner graph (`EnvelopeGuarded`)."""
+    """The constants inside the box, else the inner graph (`EnvelopeGuarded`).
+
+    The inner graph is not part of the function (`SLOW_PATH`): the function calls it
+    through `python_callbacks` by name, and it is compiled when a call first leaves the
+    box. Outside the box every call pays a Python call on top of it."""
     import numpy as np
 
     inner_fn, key = funcify_as_written(op, node, **kwargs)
+    slots = _slow_path_slots(op) if SLOW_PATH == "on_demand" else None
     n, k = op.n_inner, op.n_checks
     leaves = [f"i{j}" for j in range(n)]
     checks = [f"c{j}" for j in range(k)]
     shape = [f"s{j}" for j in range(sum(op.ndims))]
     test = " and ".join(f"_inside({c}, {b!r})" for c, b in zip(checks, op.bounds, strict=True)) or "True"
-    fills, pos = [], 0
-    for nd, value in zip(op.ndims, op.outcomes, strict=True):
+    fills, empties, pos = [], [], 0
+    for j, (nd, value) in enumerate(zip(op.ndims, op.outcomes, strict=True)):
         if nd:
             dims = "".join(f"{s}[()], " for s in shape[pos : pos + nd])
             fills.append(f"np.full(({dims}), {value})")
+            empties.append(f"np.empty(({dims}), dt{j})")
         else:
             fills.append(f"np.full((1,), {value}).reshape(())")
+            empties.append(f"np.empty((1,), dt{j}).reshape(())")
         pos += nd
-    single = len(fills) == 1
-    src = (
-        f"def envelope_guarded({', '.join([*leaves, *checks, *shape])}):\n"
-        f"    if {test}:\n"
-        f"        return {fills[0] if single else '(' + ', '.join(fills) + ',)'}\n"
-        f"    return inner_fn({', '.join(leaves)})\n"
-    )
-    fn = compile_numba_function_src(src, "envelope_guarded", {"np": np, "_inside": _inside, "inner_fn": inner_fn, "inf": float("inf")})
+
+    def returned(values):
+        return values[0] if len(values) == 1 else "(" + ", ".join(values) + ",)"
+
+    env = {"np": np, "_inside": _inside, "inner_fn": inner_fn, "inf": float("inf")}
+    head = f"def envelope_guarded({', '.join([*leaves, *checks, *shape])}):\n    if {test}:\n        return {returned(fills)}\n"
+    if slots is None:
+        src = head + f"    return inner_fn({', '.join(leaves)})\n"
+    else:
+        symbol = python_callbacks.symbol_for(None if key is None else (key, "slow_path"))
+        python_callbacks.register(symbol, _OnFirstCall(_slow_path, inner_fn, key), slots, len(op.ndims))
+        SLOW_PATH_SYMBOLS[node if node is not None else op] = symbol
+        outs = [f"o{j}" for j in range(len(op.ndims))]
+        env |= {f"dt{j}": np.dtype(o.type.dtype).type for j, o in enumerate(op.fgraph.outputs)}
+        env["call_python"] = python_callbacks.call_python
+        src = (
+            head
+            + "".join(f"    {o} = {e}\n" for o, e in zip(outs, empties, strict=True))
+            + f"    if call_python({symbol!r}, ({', '.join([*leaves, *outs])},)) != 0:\n"
+            + f"        raise RuntimeError({SLOW_PATH_FAILED!r})\n"
+            + f"    return {returned(outs)}\n"
+        )
+    fn = compile_numba_function_src(src, "envelope_guarded", env)
     guarded = numba_njit(fn)
     if key is None:
         return guarded, None
-    return guarded, cache_key("envelope_guarded", repr((op.bounds, op.outcomes, n, k)), key)
+    return guarded, cache_key("envelope_guarded", repr((op.bounds, op.outcomes, n, k)), SLOW_PATH, key)
+
+
+class _OnFirstCall:
+    """``make(*args)`` made at the first call, then called: the slow path's function is
+    built (and compiled, by its own first call) only when a call leaves the box."""
+
+    def __init__(self, make, *args):
+        self._make, self._args, self._fn = make, args, None
+        self._lock = threading.Lock()
+
+    def __call__(self, *values):
+        if self._fn is None:
+            with self._lock:
+                if self._fn is None:
+                    self._fn = self._make(*self._args)
+        return self._fn(*values)
