@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import threading
 import weakref
 from functools import cache
 
@@ -200,9 +199,10 @@ def _slow_path_slots(op):
 
 
 def _slow_path(inner_fn, key):
-    """The inner graph's function, callable from Python, compiled at its first call (with
-    fast math off, as the inner graph's functions; on PyTensor's numba cache under its own
-    key)."""
+    """The inner graph's function, callable from Python: a numba dispatcher, so compiled at
+    its first call (with fast math off, as the inner graph's functions), on PyTensor's
+    numba cache (its directory as it is now: the dispatcher's cache is set up here) under
+    its own key when the cache is on now."""
     src = "def as_written_slow_path(*args):\n    return jitable_func(*args)\n"
     cache_key = None if key is None or not config.numba__cache else f"{key}_slow_path"
     with config.change_flags(numba__fastmath=False):
@@ -248,7 +248,7 @@ def funcify_envelope_guarded(op, node=None, **kwargs):
         src = head + f"    return inner_fn({', '.join(leaves)})\n"
     else:
         symbol = python_callbacks.symbol_for(None if key is None else (key, "slow_path"))
-        python_callbacks.register(symbol, _OnFirstCall(_slow_path, inner_fn, key), slots, len(op.ndims))
+        python_callbacks.register(symbol, _slow_path(inner_fn, key), slots, len(op.ndims))
         SLOW_PATH_SYMBOLS[node if node is not None else op] = symbol
         outs = [f"o{j}" for j in range(len(op.ndims))]
         env |= {f"dt{j}": np.dtype(o.type.dtype).type for j, o in enumerate(op.fgraph.outputs)}
@@ -265,19 +265,3 @@ def funcify_envelope_guarded(op, node=None, **kwargs):
     if key is None:
         return guarded, None
     return guarded, cache_key("envelope_guarded", repr((op.bounds, op.outcomes, n, k)), SLOW_PATH, key)
-
-
-class _OnFirstCall:
-    """``make(*args)`` made at the first call, then called: the slow path's function is
-    built (and compiled, by its own first call) only when a call leaves the box."""
-
-    def __init__(self, make, *args):
-        self._make, self._args, self._fn = make, args, None
-        self._lock = threading.Lock()
-
-    def __call__(self, *values):
-        if self._fn is None:
-            with self._lock:
-                if self._fn is None:
-                    self._fn = self._make(*self._args)
-        return self._fn(*values)
