@@ -41,7 +41,7 @@ import json
 import os
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -160,7 +160,7 @@ class Policy:
             "comparison": {"as_written": self.as_written},
         }
 
-    @property
+    @cached_property  # the content is immutable; hashing ops that carry a policy asks often
     def digest(self) -> str:
         blob = json.dumps(self.as_data(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

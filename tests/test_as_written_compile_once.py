@@ -191,3 +191,39 @@ def test_a_copy_compiles_its_flag_free_nodes_as_the_rest_does(monkeypatch):
     pad = np.zeros(1)
     av, cv, bv = (np.concatenate([pad, x]) for x in (AV, CV, MAINT_BV))
     assert fn(av, cv, bv)[0][0] and ref(av, cv, bv)[0]
+
+
+# --- an unbatched Blockwise in a copy is its core op (INNER_REWRITES) ----------------------
+
+
+def test_an_unbatched_blockwise_copy_compiles_its_core_op():
+    """A GP's check reads the diagonal of a Cholesky factor: the copy's
+    ``Blockwise(Cholesky)`` without batch dimensions is lowered as the ``Cholesky`` itself
+    (no Blockwise loop compiled), and the decisions and the factor are the reference's,
+    positive definite or not."""
+    from pytensor.tensor.blockwise import Blockwise
+    from pytensor.tensor.slinalg import Cholesky
+
+    from conftest import assert_same_bits, compile_fn
+
+    a = pt.dmatrix("a", shape=(6, 6))
+    s = pt.dscalar("s")
+    L = pt.linalg.cholesky(a @ a.T + pt.exp(s) * pt.eye(6))
+    d = pt.diagonal(L)
+    ok = pt.all(pt.gt(d, 0))
+    outputs = [ok, pt.switch(ok, pt.log(d).sum(), -np.inf), L]
+    fn = compile_fn([a, s], outputs, "policy_as_written")
+    copies = [n.op for n in fn.maker.fgraph.toposort() if isinstance(n.op, AsWritten)]
+    batched = [c for c in copies if any(isinstance(m.op, Blockwise) for m in c.fgraph.toposort())]
+    assert len(batched) >= 2, [str(c) for c in copies]  # the Cholesky's copy and the Matmul's
+    lowered = [lowering_graph(op).toposort() for op in batched]
+    assert not any(isinstance(m.op, Blockwise) for nodes in lowered for m in nodes)
+    assert any(isinstance(m.op, Cholesky) for nodes in lowered for m in nodes)
+    ref = reference([a, s], outputs)
+    rng = np.random.default_rng(5)
+    for scale, sv in [(1.0, 0.3), (1e-3, -40.0), (0.0, -800.0), (1.0, np.nan)]:
+        av = rng.normal(size=(6, 6)) * scale
+        if scale == 0.0:
+            av[0, 0] = np.nan  # a failed factorization: NaN factor, decision False
+        for r, e in zip(fn(av, sv), ref(av, sv), strict=True):
+            assert_same_bits(r, e)

@@ -40,6 +40,7 @@ from pytensor.link.numba.dispatch.basic import (
 )
 from pytensor.scalar.basic import ScalarOp
 from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.rewriting.blockwise import local_useless_unbatched_blockwise
 from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
@@ -74,6 +75,10 @@ INNER_REWRITES = {
     "outcome of a comparison of its operand, for every value (-1 * log(w) == -inf is w == +inf: "
     "as_written.decision_moves), reads the operand: the decision is the same bool, and only "
     "values no output reads are skipped",
+    "local_useless_unbatched_blockwise": "a Blockwise with no batch dimensions is its core op "
+    "on the same values (length-1 batch axes dropped and put back: moves only); the Blockwise "
+    "loop would call the same core function once (a GP's Cholesky copy compiled numba's "
+    "Blockwise loop besides the Cholesky the rest of the function has)",
     "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
     "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
     "settled, growing a structural-equation model's copy past 10 GB): the reference runs such an "
@@ -121,6 +126,7 @@ def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
             (dfs_rewriter(inline_symbolic_ops), MERGE_POSITION + 0.02),
             (dfs_rewriter(decide_on_operands), MERGE_POSITION + 0.025),
             (dfs_rewriter(mark_pows), MERGE_POSITION + 0.03),
+            (dfs_rewriter(local_useless_unbatched_blockwise), MERGE_POSITION + 0.04),
             (FusionOptimizer(), FUSION_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
         )
