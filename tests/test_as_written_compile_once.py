@@ -227,3 +227,75 @@ def test_an_unbatched_blockwise_copy_compiles_its_core_op():
             av[0, 0] = np.nan  # a failed factorization: NaN factor, decision False
         for r, e in zip(fn(av, sv), ref(av, sv), strict=True):
             assert_same_bits(r, e)
+
+
+# --- a decision reads a diagonal at its source (value_moves.DIAGONAL_MOVES) ----------------
+
+
+def _sem_check_graph():
+    """The structural-equation model's check, in small: the likelihood's Cholesky diagonal,
+    built as diagonal matrices from exp(psi) and read back, must be positive."""
+    from pytensor.tensor.basic import alloc_diag
+
+    psi = pt.dvector("psi", shape=(5,))
+    y = pt.dmatrix("y", shape=(7, 5))
+    D = alloc_diag(pt.exp(psi))  # (5, 5)
+    L = alloc_diag(pt.sqrt(pt.diagonal(D[None], axis1=1, axis2=2)), axis1=1, axis2=2)  # (1, 5, 5)
+    d = pt.diagonal(L, axis1=1, axis2=2)
+    ok = pt.all(pt.gt(d, 0))
+    quad = ((y @ D) * y).sum()  # the rest reads the matrix itself
+    logp = pt.switch(ok, -0.5 * quad - pt.log(d).sum(), -np.inf)
+    return [psi, y], [ok, logp, pt.grad(logp, psi)]
+
+
+def test_a_decision_reads_a_diagonal_at_its_source():
+    """No diagonal matrix is built in an opaque copy to read its diagonal back; the
+    decision, at the boundary (exp underflowing to 0, so sqrt 0 > 0 is False), at NaN and
+    elsewhere, is the reference's, and the values agree with it."""
+    from pytensor.tensor.basic import AllocDiag
+
+    from conftest import compile_fn
+
+    inputs_, outputs = _sem_check_graph()
+    fn = compile_fn(inputs_, outputs, "policy_default")
+    copies = [n.op for n in fn.maker.fgraph.toposort() if isinstance(n.op, AsWritten)]
+    assert not any(isinstance(m.op, AllocDiag) for c in copies for m in c.fgraph.toposort()), [str(c) for c in copies]
+    ref = reference(inputs_, outputs)
+    rng = np.random.default_rng(11)
+    y = rng.normal(size=(7, 5))
+    for psi in ([0.1, -0.3, 0.2, 1.0, -2.0], [0.1, -800.0, 0.2, 1.0, -2.0], [0.1, np.nan, 0.2, 1.0, -2.0],
+                [-744.0, -745.0, -746.0, 700.0, 0.0]):
+        res, exp_ = fn(np.array(psi), y), ref(np.array(psi), y)
+        assert bool(res[0]) == bool(exp_[0])
+        np.testing.assert_allclose(res[1], exp_[1], rtol=1e-12)
+        np.testing.assert_allclose(res[2], exp_[2], rtol=1e-9, atol=1e-300)
+
+
+def test_the_diagonal_moves_keep_every_element():
+    """Each move gives the elements the graph as written gives, at other axes and
+    offsets too (numpy's diagonal on the unrewritten graph as the reference)."""
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.tensor.basic import alloc_diag
+
+    from ptnumba_codegen.as_written.value_moves import read_diagonals_at_their_source
+
+    v = pt.dmatrix("v", shape=(2, 4))
+    m = pt.tensor3("m", dtype="float64", shape=(3, 4, 4))
+    cases = [
+        pt.diagonal(alloc_diag(v, axis1=1, axis2=2), axis1=1, axis2=2),
+        pt.diagonal(alloc_diag(v, offset=1, axis1=1, axis2=2), offset=1, axis1=1, axis2=2),
+        pt.diagonal(alloc_diag(v, offset=1, axis1=1, axis2=2), offset=0, axis1=1, axis2=2),
+        pt.diagonal(m[None, None], axis1=3, axis2=4),
+        pt.diagonal(m[None], offset=-1, axis1=2, axis2=3),
+    ]
+    fg = FunctionGraph([v, m], cases, clone=True)
+    read_diagonals_at_their_source(fg)
+    assert not any(type(n.op).__name__ == "AllocDiag" for n in fg.toposort())
+    with pytensor.config.change_flags(numba__fastmath=False):
+        before = pytensor.function([v, m], cases, mode=Mode(linker="py", optimizer=None))
+        after = pytensor.function(fg.inputs, fg.outputs, mode=Mode(linker="py", optimizer=None))
+    rng = np.random.default_rng(2)
+    vals = rng.normal(size=(2, 4)), rng.normal(size=(3, 4, 4))
+    for b, a in zip(before(*vals), after(*vals), strict=True):
+        assert b.shape == a.shape
+        np.testing.assert_array_equal(b, a)

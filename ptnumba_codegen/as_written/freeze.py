@@ -77,7 +77,7 @@ from ptnumba_codegen.as_written.envelope_guards import add_envelope_guards
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import REASON, AsWritten
-from ptnumba_codegen.as_written.value_moves import fresh_merge, spell_like_the_rest
+from ptnumba_codegen.as_written.value_moves import fresh_merge, read_diagonals_at_their_source, spell_like_the_rest
 from ptnumba_codegen.as_written.decisions import (
     EXACT_OPS,
     INNER_GRAPH_OPS,
@@ -151,6 +151,7 @@ class AsWrittenPass(GraphRewriter):
         # to them as the function's other kernels do (decided when they are compiled)
         pools = pools_used(fgraph)
         try:
+            read_diagonals_at_their_source(fgraph)  # value moves only (value_moves.DIAGONAL_MOVES)
             frozen = freeze_graph(fgraph, policy, pools)
         except Exception as err:  # noqa: BLE001  (pass_errors: recorded, warned, not skipped silently)
             pass_errors.record(fgraph, "as-written freezing", err)

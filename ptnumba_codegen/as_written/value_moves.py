@@ -19,9 +19,11 @@ from __future__ import annotations
 from pytensor.graph.basic import Constant
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
 from pytensor.scalar import basic as ps
-from pytensor.tensor.basic import ScalarFromTensor
+from pytensor.tensor.basic import ExtractDiag, ScalarFromTensor
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.rewriting import elemwise, shape, subtensor, uncanonicalize
+from pytensor.tensor.rewriting.subtensor_lift import local_extract_diag_of_alloc_diag
+from pytensor.tensor.shape import shape_padleft
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 # rewrite -> why it moves values only (no arithmetic is evaluated or re-associated)
@@ -133,3 +135,38 @@ def fresh_merge(fgraph) -> None:
         fgraph.remove_feature(old)
         del fgraph.merge_feature  # MergeFeature.on_detach leaves it: a new one would refuse to attach
     MergeOptimizer().rewrite(fgraph)
+
+
+@node_rewriter([ExtractDiag])
+def extract_diag_through_expand_dims(fgraph, node):
+    """The diagonal over axes (a1 + k, a2 + k) of ``x`` with k length-1 axes put in front
+    is the diagonal of ``x`` over (a1, a2) with the same k axes put in front."""
+    x = node.inputs[0]
+    ds = x.owner.op if x.owner is not None else None
+    if not isinstance(ds, DimShuffle) or not ds.is_left_expand_dims:
+        return None
+    k, op = len(ds.augment), node.op
+    if min(op.axis1, op.axis2) < k:
+        return None
+    inner = ExtractDiag(offset=op.offset, axis1=op.axis1 - k, axis2=op.axis2 - k, view=op.view)(x.owner.inputs[0])
+    return [shape_padleft(inner, k)]
+
+
+# rewrite -> why it moves values only. Run on the whole graph before the as-written pass
+# freezes decisions' cones (`freeze.AsWrittenPass`): a decision that reads a diagonal of a
+# matrix built from a vector reads the vector, so its cone holds no opaque copy of the
+# matrix (a structural-equation model's check that the likelihood's Cholesky diagonal is
+# positive built two diagonal matrices, 12 x 12 and 1 x 12 x 12, in opaque copies, to read
+# their diagonals back). PyTensor runs the first in canonicalize on the rest of the graph.
+DIAGONAL_MOVES = {
+    local_extract_diag_of_alloc_diag: "the diagonal of a matrix with v on that diagonal is v "
+    "(and at another offset zeros): elements read back from where they were put",
+    extract_diag_through_expand_dims: "length-1 axes in front of a matrix leave its diagonal's "
+    "elements where they were: the diagonal first, the axes after",
+}
+
+
+def read_diagonals_at_their_source(fgraph) -> None:
+    """Apply `DIAGONAL_MOVES` to the whole graph (before the as-written pass freezes it)."""
+    if any(isinstance(n.op, ExtractDiag) for n in fgraph.apply_nodes):
+        in2out(*DIAGONAL_MOVES, ignore_newtrees=False).apply(fgraph)
