@@ -165,13 +165,11 @@ def _run(entry: _Registered, symbol: str, address: int) -> int:
 
 def slot_of(numba_type) -> Slot | None:
     """The slot for a value of ``numba_type``, or None if `PASSED_TYPES` has no row for it."""
+    if not isinstance(numba_type, tuple(PASSED_TYPES)):
+        return None
     if isinstance(numba_type, types.Array):
         return Slot(str(numba_type.dtype), numba_type.ndim)
-    if isinstance(numba_type, types.Boolean):
-        return Slot("bool", None)
-    if isinstance(numba_type, types.Float | types.Integer):
-        return Slot(str(numba_type), None)
-    return None
+    return Slot("bool" if isinstance(numba_type, types.Boolean) else str(numba_type), None)
 
 
 @intrinsic
