@@ -15,6 +15,7 @@ from pytensor.compile.mode import Mode
 from ptnumba_codegen.as_written.freeze import INLINE_POSITION, AsWrittenPass, InlineAsWritten
 from ptnumba_codegen.as_written.freeze import POSITION as AS_WRITTEN_POSITION
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
+from ptnumba_codegen.passes.rewritten_graphs import CachedRewriteSequence
 from ptnumba_codegen.policy import Policy, load_policy
 
 KERNELS_NAME = "policy_kernels"
@@ -30,6 +31,9 @@ REGISTERED = {AS_WRITTEN_NAME: AS_WRITTEN, INLINE_NAME: InlineAsWritten(), KERNE
 _POSITIONS = {AS_WRITTEN_NAME: AS_WRITTEN_POSITION, INLINE_NAME: INLINE_POSITION, KERNELS_NAME: POSITION}
 for _name, _rewriter in REGISTERED.items():
     optdb.register(_name, _rewriter, TAG, position=_POSITIONS[_name])
+# Every sequence optdb builds: PyTensor's own, unless it runs a policy pass, whose rewritten
+# graph it keeps on disk for the next process (`passes.rewritten_graphs`).
+optdb.seq_rewriter_type = CachedRewriteSequence
 
 
 def set_registered_policy(policy: Policy | None) -> None:

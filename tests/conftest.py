@@ -37,6 +37,21 @@ settings.register_profile("fuzz-as_written-long", max_examples=150, **_FUZZ)
 _COMPILED: dict = {}
 
 
+@pytest.fixture(autouse=True)
+def _rewrite_afresh_under_patches(request):
+    """A test that patches the generator (a rule table, a pass's function) rewrites every
+    time: a rewritten graph kept on disk (`passes.rewritten_graphs`) is keyed by the
+    generator's source, not by what a test patched into it at run time."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    from ptnumba_codegen.passes import rewritten_graphs
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rewritten_graphs, "SWITCH", "off")
+        yield
+
+
 def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=False, **kwargs):
     """Compile with one of BACKENDS. ``cache_key`` shares the result across tests.
 

@@ -21,68 +21,20 @@ pytensor (no numba).
 from __future__ import annotations
 
 import functools
-import hashlib
 import pickle
-import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import io_toposort
-from pytensor.graph.type import Type
 
+from ptnumba_codegen.analysis.graph_text import NoKey
+from ptnumba_codegen.analysis.graph_text import plain as _plain
 from ptnumba_codegen.runtime import disk_cache
 
 FORMAT = 1  # bump when the file layout or the key's spelling changes
 SUBDIR = "ptnumba_codegen_guard_verdicts"
 UNCHANGED = "stabilize changes nothing"
-_DEPTH = 12  # nesting of op properties spelled out before giving up (no key)
-
-
-class NoKey(Exception):
-    """Something in the cone cannot be spelled out completely."""
-
-
-def _plain(obj, depth: int = 0) -> str:
-    """A complete, process-independent spelling of an op property (raises `NoKey`)."""
-    if depth > _DEPTH:
-        raise NoKey("nested too deep")
-    if obj is None or isinstance(obj, bool | int | float | complex | str | bytes | np.generic):
-        return f"{type(obj).__name__}:{obj!r}"
-    if isinstance(obj, np.ndarray):
-        data = np.ascontiguousarray(obj)
-        return f"array:{data.dtype.str}:{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}"
-    if isinstance(obj, np.dtype):
-        return f"dtype:{obj.str}"
-    if isinstance(obj, slice):  # Subtensor's idx_list
-        return f"slice({_plain(obj.start, depth + 1)},{_plain(obj.stop, depth + 1)},{_plain(obj.step, depth + 1)})"
-    if isinstance(obj, tuple | list):
-        return f"{type(obj).__name__}(" + ",".join(_plain(x, depth + 1) for x in obj) + ")"
-    if isinstance(obj, frozenset | set):
-        return f"{type(obj).__name__}(" + ",".join(sorted(_plain(x, depth + 1) for x in obj)) + ")"
-    if isinstance(obj, Mapping):  # dict, PyTensor's frozendict (whose cached hash is not content)
-        items = sorted(f"{_plain(k, depth + 1)}={_plain(v, depth + 1)}" for k, v in obj.items())
-        return "dict(" + ",".join(items) + ")"
-    if isinstance(obj, Type) and getattr(type(obj), "__props__", None) is None:
-        return f"type:{obj!r}"
-    if isinstance(obj, type | types.FunctionType | types.BuiltinFunctionType):
-        name = f"{obj.__module__}.{obj.__qualname__}"
-        if "<" in name:  # a lambda or a closure: its code and cells are not in its name
-            raise NoKey(name)
-        return f"def:{name}"
-    cls = f"{type(obj).__module__}.{type(obj).__qualname__}"
-    props = getattr(type(obj), "__props__", None)
-    if props is not None:  # an op's identity is its props (PyTensor's __eq__ and __hash__)
-        return f"{cls}{{" + ",".join(f"{p}={_plain(getattr(obj, p), depth + 1)}" for p in props) + "}"
-    attrs = dict(getattr(obj, "__dict__", {}))
-    for klass in type(obj).__mro__:  # state kept in slots as well as in the __dict__
-        slots = klass.__dict__.get("__slots__", ())
-        for slot in (slots,) if isinstance(slots, str) else slots:
-            if slot not in ("__dict__", "__weakref__"):
-                attrs[slot] = getattr(obj, slot, "<unset>")
-    if not attrs and not hasattr(obj, "__dict__"):  # a C object: its state is not in sight
-        raise NoKey(cls)
-    return f"{cls}{{" + ",".join(f"{k}={_plain(v, depth + 1)}" for k, v in sorted(attrs.items())) + "}"
 
 
 def cone_text(inputs, var: Variable) -> str | None:

@@ -76,10 +76,7 @@ class PolicyCodegen(GraphRewriter):
             policy = load_policy(self.policy)
         except PolicyError as err:
             raise PolicyLoadError(str(err)) from None
-        allocator.configure()  # once per process: freed intermediates kept for the next call
-        boxing.configure()  # once per process: results boxed without unpickling per call
-        machine_code.configure()  # once per process: no machine code for link-only libraries
-        collector.configure()  # once per process: no full garbage collections inside numba's compiles
+        configure_process()
         try:
             fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
         except Exception as err:  # noqa: BLE001  (see pass_errors: recorded, warned)
@@ -139,6 +136,25 @@ class PolicyCodegen(GraphRewriter):
 
     def __str__(self):
         return f"PolicyCodegen({self.policy!r})"
+
+
+def configure_process() -> None:
+    """What a process compiling policy kernels sets up once (each call after the first is free)."""
+    allocator.configure()  # freed intermediates kept for the next call
+    boxing.configure()  # results boxed without unpickling per call
+    machine_code.configure()  # no machine code for link-only libraries
+    collector.configure()  # no full garbage collections inside numba's compiles
+
+
+def prepare_process(fgraph) -> None:
+    """What the pass sets up in the process for ``fgraph``, which holds its result already
+    (a graph stored by `passes.rewritten_graphs`): the same set-up, then the thread runtime
+    if a kernel may run its loop on threads (the policy and size bound each op carries)."""
+    configure_process()
+    if any(is_policy_op(node.op) and planner_for(node.op) is not None
+           and may_chunk(node, node.op.policy.parallel, getattr(node.op, "size_bound", None))
+           for node in fgraph.apply_nodes):
+        ensure_threading()
 
 
 def all_outputs_exact(node) -> frozenset:

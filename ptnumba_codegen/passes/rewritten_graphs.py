@@ -1,0 +1,296 @@
+"""A function's rewritten graph, on disk, keyed by the graph it was given.
+
+A warm process (PyTensor's numba cache filled by an earlier one) loads every kernel from
+disk, but still rewrites the whole graph first: PyTensor's rewrites, then the policy's
+passes, 0.3-0.5 s of a 1-2 s warm compile of a catalogue model (issue 20: the warm compile
+was 1.02 of stock's). The result depends only on
+
+- the graph given to the rewrites: its ops with their properties, types, constants, how
+  they connect (`analysis.graph_text`), and which inputs may be overwritten;
+- the rewrites that run: every rewrite's name (`as_written.guard_verdicts.rewrites_text`:
+  what PyTensor, PyMC or the user registered), and the policy of the generator's passes;
+- the code that runs them: the generator's version and source digest, PyTensor's, PyMC's,
+  numba's and NumPy's versions; the linker the function is compiled for; every PyTensor
+  config flag but ``mode`` (set to the compiling mode itself while rewriting);
+
+and on what the passes read from the process (`PROCESS_FACTS`: the thread pools split loops
+yield to), which is checked after a hit instead (it may change while the passes run).
+
+`CachedRewriteSequence` is the class of every rewrite sequence PyTensor's ``optdb``
+builds (`modes.py` sets it). A sequence that does not run a policy pass (stock modes)
+is PyTensor's own, unchanged. One that does spells all of the above; on a hit it puts
+the stored graph in place of the given one's outputs (same inputs, validated by the
+graph's features as any replacement is) and skips the rewrites, on a miss it rewrites and
+stores the result. What the passes leave on the graph besides its nodes
+(`CARRIED_ATTRIBUTES`) is stored and restored with it, and what they set up in the process
+(`policy_codegen.prepare_process`) runs on a hit too.
+
+Nothing is kept, and every rewrite runs as before, when:
+
+- ``PTNUMBA_CODEGEN_REWRITTEN_GRAPHS=off`` (``on``, the default, keeps);
+- PyTensor's numba cache is off (`runtime.disk_cache`: the files live beside it);
+- the graph cannot be spelled completely (`NoKey`);
+- PyTensor is profiling the rewrites (``profile``, ``profile_optimizer``: a profile of
+  skipped rewrites would be empty);
+- a pass recorded an error (`pass_errors`: its warning and ``explain``'s account are
+  given again by rewriting again);
+- the result cannot be pickled.
+
+The generator's code is in the key by its source digest, not by what a process changes in
+it at run time (a row patched into a rule table): such a process sets
+``PTNUMBA_CODEGEN_REWRITTEN_GRAPHS=off`` (the test suite does it for every test that patches).
+
+Each record holds its full key text, compared on read (a digest collision is a miss); a
+damaged or unreadable file is a miss. Bits are unchanged: the graph put in place is the
+one the rewrites produced for the same key, and the kernels compiled from it the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+
+from pytensor.graph.fg import Output
+from pytensor.graph.rewriting.basic import SequentialGraphRewriter
+
+from ptnumba_codegen.analysis.graph_text import NoKey, graph_text
+from ptnumba_codegen.as_written.freeze import INLINED_ATTR, AsWrittenPass
+from ptnumba_codegen.as_written.guard_verdicts import rewrites_text
+from ptnumba_codegen.passes import pass_errors
+from ptnumba_codegen.passes.policy_codegen import PolicyCodegen, prepare_process
+from ptnumba_codegen.policy import PolicyError, load_policy
+from ptnumba_codegen.runtime import disk_cache, pools
+
+log = logging.getLogger("ptnumba_codegen")
+
+FORMAT = 1  # bump when the record's layout or the key's spelling changes
+SUBDIR = "ptnumba_codegen_rewritten_graphs"
+POLICY_PASSES = (AsWrittenPass, PolicyCodegen)  # a sequence running one of these is cached
+# What the policy's passes leave on the function graph besides its nodes, with its reader.
+CARRIED_ATTRIBUTES = {
+    INLINED_ATTR: "explain: the as-written copies put back into the graph",
+}
+# Config flags not in the key: ``mode`` is the compiling Mode object while rewriting
+# (its linker is in the key as ``linker``).
+CONFIG_NOT_IN_KEY = frozenset({"mode"})
+
+# PTNUMBA_CODEGEN_REWRITTEN_GRAPHS=off rewrites every time (to measure what keeping saves).
+SWITCH_VALUES = ("on", "off")
+SWITCH = os.environ.get("PTNUMBA_CODEGEN_REWRITTEN_GRAPHS", "on")
+if SWITCH not in SWITCH_VALUES:
+    raise ValueError(f"PTNUMBA_CODEGEN_REWRITTEN_GRAPHS={SWITCH!r}: allowed values are {', '.join(SWITCH_VALUES)}")
+
+
+
+def _yields(sequence, fgraph) -> str:
+    """The pools each kernel pass's loops yield to, read as `PolicyCodegen.apply` reads them."""
+    return repr([pools.pools_to_yield_to(fgraph, r.outer_pools) if load_policy(r.policy).parallel.enabled else ()
+                 for r in sequence.data if isinstance(r, PolicyCodegen)])
+
+
+# What the passes read from the process (not from the graph, the policy or the config): it
+# can change while they run (starting the thread runtime shares OpenBLAS's pool), so it is
+# not in the key. It is stored with the graph as the passes saw it, read again after a hit
+# has set the process up as the passes would, and a difference is a miss.
+PROCESS_FACTS = {
+    "pools": (_yields,
+              "policy_codegen: a function with ops on a pool with threads of its own (OpenBLAS, "
+              "unless shared or limited to one thread) never splits its loops (runtime.pools)"),
+}
+
+STATS = {"hits": 0, "stored": 0}  # this process's, for tests and the compile breakdown
+
+
+def _versions() -> str:
+    import numba
+    import numpy
+    import pytensor
+
+    from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
+
+    pymc = sys.modules.get("pymc")
+    return (f"generator {GENERATOR_VERSION}:{GENERATOR_DIGEST} pytensor {pytensor.__version__} "
+            f"numba {numba.__version__} numpy {numpy.__version__} "
+            f"pymc {getattr(pymc, '__version__', None)}")
+
+
+def _config_text() -> str:
+    """Every config flag's value; a flag whose default is computed on first read (BLAS
+    detection, the C++ compiler) and not read yet is spelled ``unread`` (reading it here
+    would cost a warm compile what the rewrites may never ask for): what sets it then is
+    in the key instead, ``PYTENSOR_FLAGS`` and the ``.pytensorrc`` files."""
+    from pytensor import config
+    from pytensor.configparser import config_files_from_pytensorrc
+
+    lines = [f"env PYTENSOR_FLAGS={os.environ.get('PYTENSOR_FLAGS')!r}"]
+    lines += [f"rc {rc} {disk_cache.file_digest(str(rc))}" for rc in config_files_from_pytensorrc()]
+    for name in sorted(n for n in config._config_var_dict if n not in CONFIG_NOT_IN_KEY):
+        param = config._config_var_dict[name]
+        value = param.val if hasattr(param, "val") else "unread"
+        lines.append(f"config {name}={value!s}")
+    return "\n".join(lines)
+
+
+def _is_extra(r) -> bool:
+    """A rewrite a Mode added itself (``Mode.register``; `modes.policy_mode` adds the policy's
+    passes so): optdb names it by its class and ``id``, which differ between processes."""
+    return getattr(r, "name", None) == f"{r.__class__}_{id(r)}"
+
+
+def _spelled(r) -> str:
+    """A rewrite of the sequence by its registered name; one a Mode added itself by its
+    class, and a policy pass with its policy's name and digest too."""
+    name = f"{type(r).__module__}.{type(r).__qualname__}" if _is_extra(r) else getattr(r, "name", None)
+    if isinstance(r, POLICY_PASSES):
+        policy = load_policy(r.policy)
+        name += (f" policy={policy.name}:{policy.digest} kinds={getattr(r, 'kinds', None)} "
+                 f"pools={getattr(r, 'outer_pools', None)}")
+    return name or type(r).__qualname__
+
+
+def graph_key(sequence: CachedRewriteSequence, fgraph) -> str | None:
+    """The full text the rewritten graph is stored under, or None (nothing kept)."""
+    from pytensor import config
+
+    if SWITCH == "off" or config.profile or config.profile_optimizer or getattr(fgraph, "profile", None):
+        return None
+    if disk_cache.directory(SUBDIR) is None:
+        return None
+    outputs = list(fgraph.outputs)
+    supervisor = getattr(fgraph, "_supervisor", None)
+    protected = set() if supervisor is None else set(supervisor.protected)
+    mode = getattr(fgraph, "_compile_mode", None)
+    linker = None if mode is None else type(mode.linker)
+    try:
+        text = graph_text(fgraph.inputs, outputs)
+        return "\n".join([
+            f"format {FORMAT}",
+            _versions(),
+            f"linker {None if linker is None else f'{linker.__module__}.{linker.__qualname__}'}",
+            "protected " + ",".join(str(k) for k, v in enumerate(fgraph.inputs) if v in protected),
+            "features " + ",".join(sorted(type(f).__qualname__ for f in fgraph._features)),
+            "sequence " + "\n".join(map(_spelled, sequence.data)),
+            rewrites_text(tuple(r for r in sequence.data if not _is_extra(r) and not isinstance(r, POLICY_PASSES))),
+            _config_text(),
+            text,
+        ])
+    except (NoKey, PolicyError):
+        return None
+    except Exception as err:  # noqa: BLE001  a graph it cannot spell is rewritten, never a failed compile
+        log.debug("ptnumba_codegen: no key for the rewritten graph (%s: %s)", type(err).__name__, err)
+        return None
+
+
+def _path(directory, key: str):
+    return directory / f"{disk_cache.digest(key)}.pkl"
+
+
+def load(key: str):
+    """The record stored under ``key`` (None: a miss)."""
+    directory = disk_cache.directory(SUBDIR)
+    return disk_cache.read_record(directory, lambda d: _path(d, key), pickle.loads, FORMAT, {"text": key})
+
+
+def _any_pass_error(fgraph, depth: int = 0) -> bool:
+    """Whether a pass recorded an error on ``fgraph`` or an inner graph of its ops."""
+    if pass_errors.graph_errors(fgraph):
+        return True
+    return depth < 8 and any(
+        _any_pass_error(inner, depth + 1)
+        for node in fgraph.apply_nodes
+        if (inner := getattr(node.op, "fgraph", None)) is not None and hasattr(inner, "apply_nodes")
+    )
+
+
+def process_facts(sequence, fgraph) -> dict:
+    return {name: read(sequence, fgraph) for name, (read, _) in PROCESS_FACTS.items()}
+
+
+def store(key: str, fgraph, sequence) -> bool:
+    """Keep ``fgraph``'s rewritten graph under ``key`` (its inputs as placeholders: a shared
+    variable's value is not stored). False when nothing was kept."""
+    directory = disk_cache.directory(SUBDIR)
+    if directory is None or _any_pass_error(fgraph):
+        return False
+    from pytensor.graph.basic import clone_get_equiv
+
+    try:
+        placeholders = [v.type() for v in fgraph.inputs]
+        equiv = clone_get_equiv(fgraph.inputs, fgraph.outputs, copy_inputs=False, copy_orphans=False,
+                                memo=dict(zip(fgraph.inputs, placeholders, strict=True)))
+        graph = (placeholders, [equiv[o] for o in fgraph.outputs])
+        carried = {a: getattr(fgraph, a) for a in CARRIED_ATTRIBUTES if hasattr(fgraph, a)}
+        data = pickle.dumps({"format": FORMAT, "key": {"text": key}, "graph": graph, "carried": carried,
+                             "facts": process_facts(sequence, fgraph)}, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as err:  # noqa: BLE001  an op that does not pickle: rewritten every time
+        log.debug("ptnumba_codegen: rewritten graph not kept (%s: %s)", type(err).__name__, err)
+        return False
+    if disk_cache.write(_path(directory, key), data):
+        STATS["stored"] += 1
+        return True
+    return False
+
+
+def install(fgraph, record, sequence) -> bool:
+    """Put the stored graph in place of ``fgraph``'s outputs and set the process up as the
+    passes would (`policy_codegen.prepare_process`); False (``fgraph`` unchanged) when it
+    does not fit or the process reads other facts (`PROCESS_FACTS`) than the passes did."""
+    placeholders, outputs = record["graph"]
+    if len(placeholders) != len(fgraph.inputs) or len(outputs) != len(fgraph.outputs):
+        return False
+    if any(p.type != v.type for p, v in zip(placeholders, fgraph.inputs, strict=True)):
+        return False
+    to_input = dict(zip(placeholders, fgraph.inputs, strict=True))
+    from pytensor.graph.traversal import io_toposort
+
+    for node in io_toposort(placeholders, outputs):  # fresh objects of this load: rewire them
+        node.inputs = [to_input.get(v, v) for v in node.inputs]
+    new_outputs = [to_input.get(v, v) for v in outputs]
+    output_nodes = {}
+    for k, out in enumerate(fgraph.outputs):
+        for client, _ in fgraph.clients[out]:
+            if isinstance(client.op, Output) and client.op.idx == k:
+                output_nodes[k] = client
+    if len(output_nodes) != len(fgraph.outputs) or not hasattr(fgraph, "checkpoint"):
+        return False
+    checkpoint = fgraph.checkpoint()
+    try:
+        for k, new in enumerate(new_outputs):
+            fgraph.change_node_input(output_nodes[k], 0, new, reason="rewritten_graphs", import_missing=True)
+        fgraph.validate()
+        if any(isinstance(r, PolicyCodegen) for r in sequence.data):
+            prepare_process(fgraph)
+        facts = process_facts(sequence, fgraph)
+        if facts != record.get("facts"):
+            raise LookupError(f"the process reads {facts}, the passes read {record.get('facts')}")
+    except Exception as err:  # noqa: BLE001  rewritten as usual
+        fgraph.revert(checkpoint)
+        log.debug("ptnumba_codegen: stored rewritten graph not used (%s: %s)", type(err).__name__, err)
+        return False
+    for attribute, value in record.get("carried", {}).items():
+        setattr(fgraph, attribute, value)
+    return True
+
+
+class CachedRewriteSequence(SequentialGraphRewriter):
+    """PyTensor's rewrite sequence; one that runs a policy pass keeps its result on disk."""
+
+    def apply(self, fgraph, *args, **kwargs):
+        if not any(isinstance(r, POLICY_PASSES) for r in self.data):
+            return super().apply(fgraph, *args, **kwargs)
+        key = graph_key(self, fgraph)
+        if key is not None:
+            record = load(key)
+            if record is not None and install(fgraph, record, self):
+                STATS["hits"] += 1
+                return None
+        result = super().apply(fgraph, *args, **kwargs)
+        if key is not None:
+            store(key, fgraph, self)
+        return result
+
+
+__all__ = ["CARRIED_ATTRIBUTES", "FORMAT", "POLICY_PASSES", "STATS", "SUBDIR", "CachedRewriteSequence",
+           "graph_key", "install", "load", "store"]
