@@ -62,10 +62,35 @@ def test_any_difference_is_another_key(other):
 
 
 def test_an_op_it_cannot_spell_has_no_key():
-    # a Composite holds its inner graph: not spelled out, so never keyed
+    # an op without __props__ whose state holds a lambda: its code is not in its name
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
+
+    class Opaque(Op):
+        def __init__(self):
+            self.hook = lambda v: v
+
+        def make_node(self, x):
+            return Apply(self, [x], [x.type()])
+
+        def perform(self, node, inputs, outputs):
+            outputs[0][0] = inputs[0]
+
+    assert _text(lambda x, y: Opaque()(x) + y > 0) is None
+
+
+def _composite(expr):
     a, b = ps.float64("a"), ps.float64("b")
-    composite = pt.elemwise.Elemwise(ps.Composite([a, b], [ps.exp(a) + b]))
-    assert _text(lambda x, y: composite(x, y) > 0) is None
+    return pt.elemwise.Elemwise(ps.Composite([a, b], [expr(a, b)]))
+
+
+def test_an_inner_graph_is_spelled_as_a_graph():
+    """A Composite's inner graph (as a Scan's or an OpFromGraph's) is part of the key: the
+    same inner graph built twice is one key, another inner graph another."""
+    same = [_text(lambda x, y: _composite(lambda a, b: ps.exp(a) + b)(x, y) > 0) for _ in range(2)]
+    other = _text(lambda x, y: _composite(lambda a, b: ps.exp(b) + a)(x, y) > 0)
+    assert same[0] is not None and same[0] == same[1]
+    assert other is not None and other != same[0]
 
 
 @pytest.fixture

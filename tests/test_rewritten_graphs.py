@@ -186,11 +186,15 @@ print("PROBE", rewritten_graphs.STATS["hits"], rewritten_graphs.STATS["stored"],
 
 def test_a_second_process_skips_the_rewrites_and_computes_the_same(tmp_path):
     """The envelope-guarded HSGP graph (as-written copies, a guard, its slow path): the
-    second process reads the graph, and its outputs (in and outside the guard's box) and
-    explain's account are the first's."""
+    second process reads the graph, compiles nothing (every kernel and the whole function
+    have the first process's cache keys), and its outputs (in and outside the guard's box)
+    and explain's account are the first's."""
     tests = Path(__file__).parent
     cold = second_process_line(SECOND_PROCESS, [tmp_path, tests], "PROBE").split()
+    compiled = sorted(p.name for p in tmp_path.iterdir())
     warm = second_process_line(SECOND_PROCESS, [tmp_path, tests], "PROBE").split()
+    # the graph read back names the whole function as the first process did: nothing new
+    assert sorted(p.name for p in tmp_path.iterdir()) == compiled
     assert cold[1] == "0" and int(cold[2]) >= 1  # the function's graph, and its copies' inner graphs
     assert warm[1:3] == [cold[2], "0"]
     assert cold[3:] == warm[3:]

@@ -6,7 +6,8 @@ A spelling names every op by its class and its ``__props__`` (PyTensor's own ide
 op: what its ``__eq__`` and the merge rewrites compare), every type, every constant by its
 dtype, shape and a digest of its bytes, and how the nodes connect. Anything it cannot spell
 completely (an op without ``__props__`` holding state out of sight, a lambda) raises `NoKey`:
-no key, nothing kept. Pure pytensor (no numba).
+no key, nothing kept. An inner graph (a Scan's, an OpFromGraph's, a Composite's) is
+spelled as a graph. Pure pytensor (no numba).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 from pytensor.graph.basic import Constant
+from pytensor.graph.fg import FrozenFunctionGraph, FunctionGraph
 from pytensor.graph.traversal import io_toposort
 from pytensor.graph.type import Type
 
@@ -47,6 +49,8 @@ def plain(obj, depth: int = 0) -> str:
     if isinstance(obj, Mapping):  # dict, PyTensor's frozendict (whose cached hash is not content)
         items = sorted(f"{plain(k, depth + 1)}={plain(v, depth + 1)}" for k, v in obj.items())
         return "dict(" + ",".join(items) + ")"
+    if isinstance(obj, FunctionGraph | FrozenFunctionGraph):  # an inner graph (Scan, OpFromGraph, Composite)
+        return "fgraph(" + graph_text(obj.inputs, obj.outputs, depth + 1).replace("\n", ";") + ")"
     if isinstance(obj, Type) and getattr(type(obj), "__props__", None) is None:
         return f"type:{obj!r}"
     if isinstance(obj, type | types.FunctionType | types.BuiltinFunctionType):
@@ -69,26 +73,26 @@ def plain(obj, depth: int = 0) -> str:
     return f"{cls}{{" + ",".join(f"{k}={plain(v, depth + 1)}" for k, v in sorted(attrs.items())) + "}"
 
 
-def graph_text(inputs, outputs) -> str:
+def graph_text(inputs, outputs, depth: int = 0) -> str:
     """The graph from ``inputs`` (named by position) to ``outputs`` (by position), spelled
     completely (raises `NoKey`). Nodes in `io_toposort` order, which follows the graph's
     structure only."""
     names: dict = {v: f"i{k}" for k, v in enumerate(inputs)}
-    lines = [f"input {k} {plain(v.type)}" for k, v in enumerate(inputs)]
+    lines = [f"input {k} {plain(v.type, depth)}" for k, v in enumerate(inputs)]
 
     def name(v) -> str:
         if v not in names:
             if not isinstance(v, Constant):
                 raise NoKey(f"{v} is neither an input nor a constant nor computed")
-            lines.append(f"const {plain(v.type)} {plain(np.asarray(v.data))}")
+            lines.append(f"const {plain(v.type, depth)} {plain(np.asarray(v.data), depth)}")
             names[v] = f"v{len(lines) - 1}"
         return names[v]
 
     for node in io_toposort(list(inputs), list(outputs)):
         args = ",".join(name(i) for i in node.inputs)
-        op = plain(node.op)
+        op = plain(node.op, depth)
         for k, out in enumerate(node.outputs):
-            lines.append(f"{op}[{k}] {plain(out.type)} ({args})")
+            lines.append(f"{op}[{k}] {plain(out.type, depth)} ({args})")
             names[out] = f"v{len(lines) - 1}"
     lines.extend(f"output {k} {name(v)}" for k, v in enumerate(outputs))
     return "\n".join(lines)

@@ -10,7 +10,7 @@ types and constants, how they connect) and on which rewrites the two databases h
 (PyTensor's version, what PyMC or the user registered). `cone_text` spells all of that out;
 a verdict of "no change" is stored under it, and read back instead of probing again. A cone
 it cannot spell completely (an op without ``__props__`` holding something other than plain
-data, a ``Composite``'s inner graph) has no key and is probed every time; a cone whose
+data or an inner graph, `analysis.graph_text`) has no key and is probed every time; a cone whose
 probe finds a change is probed every time too (the guard needs the stabilized graph).
 
 Each record holds its full key text, compared on read (a digest collision is a miss). The

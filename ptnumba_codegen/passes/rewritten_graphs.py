@@ -287,8 +287,15 @@ class CachedRewriteSequence(SequentialGraphRewriter):
                 STATS["hits"] += 1
                 return None
         result = super().apply(fgraph, *args, **kwargs)
-        if key is not None:
-            store(key, fgraph, self)
+        if key is not None and store(key, fgraph, self):
+            # Compile what a later process will read, as it will read it: the numba linker
+            # names the whole function by its nodes in `toposort` order, which follows how
+            # the graph was built (the inplace orderings), so a rewritten graph and its
+            # stored copy could compile to two keys (a warm process recompiling the whole
+            # function once: 10 s for the catalogue's SEM).
+            record = load(key)
+            if record is not None:
+                install(fgraph, record, self)
         return result
 
 
