@@ -2,8 +2,8 @@
 
 A warm process (PyTensor's numba cache filled by an earlier one) loads every kernel from
 disk, but still rewrites the whole graph first: PyTensor's rewrites, then the policy's
-passes, 0.3-0.5 s of a 1-2 s warm compile of a catalogue model (issue 20: the warm compile
-was 1.02 of stock's). The result depends only on
+passes (issue 20; figures in docs/benchmarks.md, "A function's rewritten graph kept on
+disk"). The result depends only on
 
 - the graph given to the rewrites: its ops with their properties, types, constants, how
   they connect (`analysis.graph_text`), and which inputs may be overwritten;
