@@ -206,3 +206,26 @@ def test_a_wrong_switch_value_names_the_allowed_ones():
                          env=env, timeout=300)
     assert out.returncode != 0
     assert "PTNUMBA_CODEGEN_REWRITTEN_GRAPHS='maybe': allowed values are on, off" in out.stderr
+
+
+def test_a_hit_logs_the_passes_summaries_and_one_without_them_rewrites(cache_dir, caplog):
+    import logging
+
+    def summaries():
+        return [r.getMessage() for r in caplog.records if r.name == "ptnumba_codegen" and "policy default:" in r.getMessage()]
+
+    inputs, outputs = seed_graph(bound=2.0)
+    before = counts()
+    compile_policy(inputs, outputs)  # stored by a process not logging at INFO
+    assert counts()["stored"] == before["stored"] + 1
+    with caplog.at_level(logging.INFO, logger="ptnumba_codegen"):
+        compile_policy(*seed_graph(bound=2.0))  # its summaries are not known: rewritten again
+        assert counts()["hits"] == before["hits"] and counts()["stored"] == before["stored"] + 2
+        cold = summaries()
+        assert any("kernel(s) generated" in m for m in cold) and any("kept as written" in m for m in cold)
+        caplog.clear()
+        compile_policy(*seed_graph(bound=2.0))
+        assert counts()["hits"] == before["hits"] + 1
+        assert summaries() == cold
+    compile_policy(*seed_graph(bound=2.0))  # and one not logging reads it too
+    assert counts()["hits"] == before["hits"] + 2

@@ -23,7 +23,9 @@ the stored graph in place of the given one's outputs (same inputs, validated by 
 graph's features as any replacement is) and skips the rewrites, on a miss it rewrites and
 stores the result. What the passes leave on the graph besides its nodes
 (`CARRIED_ATTRIBUTES`) is stored and restored with it, and what they set up in the process
-(`policy_codegen.prepare_process`) runs on a hit too.
+(`policy_codegen.prepare_process`) runs on a hit too. What they log at INFO (each pass's
+summary) is kept with the graph and logged again on a hit; a graph stored by a process
+that did not log at INFO is rewritten again by one that does (its summaries are not known).
 
 Nothing is kept, and every rewrite runs as before, when:
 
@@ -65,7 +67,7 @@ from ptnumba_codegen.runtime import disk_cache, pools
 
 log = logging.getLogger("ptnumba_codegen")
 
-FORMAT = 1  # bump when the record's layout or the key's spelling changes
+FORMAT = 2  # bump when the record's layout or the key's spelling changes
 SUBDIR = "ptnumba_codegen_rewritten_graphs"
 POLICY_PASSES = (AsWrittenPass, PolicyCodegen)  # a sequence running one of these is cached
 # What the policy's passes leave on the function graph besides its nodes, with its reader.
@@ -81,7 +83,6 @@ SWITCH_VALUES = ("on", "off")
 SWITCH = os.environ.get("PTNUMBA_CODEGEN_REWRITTEN_GRAPHS", "on")
 if SWITCH not in SWITCH_VALUES:
     raise ValueError(f"PTNUMBA_CODEGEN_REWRITTEN_GRAPHS={SWITCH!r}: allowed values are {', '.join(SWITCH_VALUES)}")
-
 
 
 def _yields(sequence, fgraph) -> str:
@@ -208,12 +209,33 @@ def process_facts(sequence, fgraph) -> dict:
     return {name: read(sequence, fgraph) for name, (read, _) in PROCESS_FACTS.items()}
 
 
-def store(key: str, fgraph, sequence) -> bool:
+class _Summaries(logging.Handler):
+    """What the passes log at INFO while they run (None: the process does not log at INFO,
+    so they computed none)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = [] if log.isEnabledFor(logging.INFO) else None
+
+    def emit(self, record):
+        if self.messages is not None:
+            self.messages.append((record.levelno, record.name, record.getMessage()))
+
+    def __enter__(self):
+        log.addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        log.removeHandler(self)
+
+
+def store(key: str, fgraph, sequence, messages) -> bytes | None:
     """Keep ``fgraph``'s rewritten graph under ``key`` (its inputs as placeholders: a shared
-    variable's value is not stored). False when nothing was kept."""
+    variable's value is not stored) with what the passes logged (`_Summaries`). The record
+    kept, or None when nothing was."""
     directory = disk_cache.directory(SUBDIR)
     if directory is None or _any_pass_error(fgraph):
-        return False
+        return None
     from pytensor.graph.basic import clone_get_equiv
 
     try:
@@ -223,20 +245,23 @@ def store(key: str, fgraph, sequence) -> bool:
         graph = (placeholders, [equiv[o] for o in fgraph.outputs])
         carried = {a: getattr(fgraph, a) for a in CARRIED_ATTRIBUTES if hasattr(fgraph, a)}
         data = pickle.dumps({"format": FORMAT, "key": {"text": key}, "graph": graph, "carried": carried,
-                             "facts": process_facts(sequence, fgraph)}, protocol=pickle.HIGHEST_PROTOCOL)
+                             "facts": process_facts(sequence, fgraph), "messages": messages},
+                            protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as err:  # noqa: BLE001  an op that does not pickle: rewritten every time
         log.debug("ptnumba_codegen: rewritten graph not kept (%s: %s)", type(err).__name__, err)
-        return False
+        return None
     if disk_cache.write(_path(directory, key), data):
         STATS["stored"] += 1
-        return True
-    return False
+        return data
+    return None
 
 
 def install(fgraph, record, sequence) -> bool:
     """Put the stored graph in place of ``fgraph``'s outputs and set the process up as the
     passes would (`policy_codegen.prepare_process`); False (``fgraph`` unchanged) when it
     does not fit or the process reads other facts (`PROCESS_FACTS`) than the passes did."""
+    if log.isEnabledFor(logging.INFO) and record.get("messages") is None:
+        return False  # stored by a process that did not log the passes' summaries
     placeholders, outputs = record["graph"]
     if len(placeholders) != len(fgraph.inputs) or len(outputs) != len(fgraph.outputs):
         return False
@@ -274,6 +299,12 @@ def install(fgraph, record, sequence) -> bool:
     return True
 
 
+def replay(record) -> None:
+    """Log what the passes logged when ``record``'s graph was rewritten."""
+    for level, name, message in record.get("messages") or ():
+        logging.getLogger(name).log(level, "%s", message)
+
+
 class CachedRewriteSequence(SequentialGraphRewriter):
     """PyTensor's rewrite sequence; one that runs a policy pass keeps its result on disk."""
 
@@ -285,17 +316,18 @@ class CachedRewriteSequence(SequentialGraphRewriter):
             record = load(key)
             if record is not None and install(fgraph, record, self):
                 STATS["hits"] += 1
+                replay(record)
                 return None
-        result = super().apply(fgraph, *args, **kwargs)
-        if key is not None and store(key, fgraph, self):
+        with _Summaries() as summaries:
+            result = super().apply(fgraph, *args, **kwargs)
+        data = None if key is None else store(key, fgraph, self, summaries.messages)
+        if data is not None:
             # Compile what a later process will read, as it will read it: the numba linker
             # names the whole function by its nodes in `toposort` order, which follows how
             # the graph was built (the inplace orderings), so a rewritten graph and its
             # stored copy could compile to two keys (a warm process recompiling the whole
             # function once: 10 s for the catalogue's SEM).
-            record = load(key)
-            if record is not None:
-                install(fgraph, record, self)
+            install(fgraph, pickle.loads(data), self)
         return result
 
 
