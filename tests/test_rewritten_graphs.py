@@ -229,3 +229,34 @@ def test_a_hit_logs_the_passes_summaries_and_one_without_them_rewrites(cache_dir
         assert summaries() == cold
     compile_policy(*seed_graph(bound=2.0))  # and one not logging reads it too
     assert counts()["hits"] == before["hits"] + 2
+
+
+def test_a_graph_with_an_opfromgraph_whose_gradient_was_taken_is_kept(cache_dir):
+    """OpFromGraph keeps its gradient's pullback, a closure, once a gradient is taken
+    (`rewritten_graphs.BUILT_ON_DEMAND`): stored empty, rebuilt on demand. (The catalogue's
+    marginal GP has such an op in its rewritten graph.)"""
+    import pickle
+
+    from pytensor.compile.builders import OpFromGraph
+    from pytensor.graph.fg import FunctionGraph
+
+    x, s = pt.vector("x"), pt.scalar("s")
+    scaled = OpFromGraph([x, s], [pt.exp(x) * s])
+    cost = pt.minimum(scaled(x, s), 3.0).sum()
+    outputs = [cost, pytensor.grad(cost, x)]
+    with pytest.raises(Exception, match="local object"):
+        pickle.dumps(scaled)  # what did not pickle before
+    fgraph = FunctionGraph([x, s], outputs, clone=False)
+    assert any(n.op is scaled for n in fgraph.apply_nodes) and scaled._lop_op_cache
+    sequence = rewritten_graphs.CachedRewriteSequence()
+    assert rewritten_graphs.store("key", fgraph, sequence, None) is not None
+    record = rewritten_graphs.load("key")
+    (placeholders, stored), = [record["graph"]]
+    stored_ops = [n.op for n in pytensor.graph.traversal.io_toposort(placeholders, stored) if isinstance(n.op, OpFromGraph)]
+    assert stored_ops and not any(op._lop_op_cache for op in stored_ops)
+    assert scaled._lop_op_cache  # the caller's op keeps its own
+    fn = pytensor.function(placeholders, stored, mode="FAST_COMPILE")
+    ref = pytensor.function([x, s], outputs, mode="FAST_COMPILE")
+    args = (np.log(np.array([1.0, 1.5, 3.0, 0.5])), 2.0)  # exp(x) * 2 at the bound: x[1]
+    for a, b in zip(fn(*args), ref(*args), strict=True):
+        np.testing.assert_array_equal(a, b)

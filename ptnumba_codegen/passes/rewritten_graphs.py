@@ -49,11 +49,14 @@ one the rewrites produced for the same key, and the kernels compiled from it the
 
 from __future__ import annotations
 
+import copy
+import io
 import logging
 import os
 import pickle
 import sys
 
+from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.fg import Output
 from pytensor.graph.rewriting.basic import SequentialGraphRewriter
 
@@ -100,6 +103,33 @@ PROCESS_FACTS = {
               "policy_codegen: a function with ops on a pool with threads of its own (OpenBLAS, "
               "unless shared or limited to one thread) never splits its loops (runtime.pools)"),
 }
+
+# What an op builds on demand and keeps, holding local functions that do not pickle: stored
+# empty (built again on demand after loading), with the attribute's empty value and why.
+BUILT_ON_DEMAND = {
+    OpFromGraph: ({"_lop_op_cache": dict, "_rop_op_cache": lambda: None},
+                  "its gradient's pullback and pushforward, closures built when a gradient is taken"),
+}
+
+
+class _GraphPickler(pickle.Pickler):
+    """The pickler of stored graphs: an op's caches (`BUILT_ON_DEMAND`) stored empty."""
+
+    def reducer_override(self, obj):
+        for cls, (empty, _) in BUILT_ON_DEMAND.items():
+            if isinstance(obj, cls) and any(getattr(obj, a, None) for a in empty):
+                stored = copy.copy(obj)
+                for attribute, make in empty.items():
+                    setattr(stored, attribute, make())
+                return stored.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        return NotImplemented
+
+
+def _dumps(record) -> bytes:
+    buffer = io.BytesIO()
+    _GraphPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(record)
+    return buffer.getvalue()
+
 
 STATS = {"hits": 0, "stored": 0}  # this process's, for tests and the compile breakdown
 
@@ -244,9 +274,8 @@ def store(key: str, fgraph, sequence, messages) -> bytes | None:
                                 memo=dict(zip(fgraph.inputs, placeholders, strict=True)))
         graph = (placeholders, [equiv[o] for o in fgraph.outputs])
         carried = {a: getattr(fgraph, a) for a in CARRIED_ATTRIBUTES if hasattr(fgraph, a)}
-        data = pickle.dumps({"format": FORMAT, "key": {"text": key}, "graph": graph, "carried": carried,
-                             "facts": process_facts(sequence, fgraph), "messages": messages},
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        data = _dumps({"format": FORMAT, "key": {"text": key}, "graph": graph, "carried": carried,
+                       "facts": process_facts(sequence, fgraph), "messages": messages})
     except Exception as err:  # noqa: BLE001  an op that does not pickle: rewritten every time
         log.debug("ptnumba_codegen: rewritten graph not kept (%s: %s)", type(err).__name__, err)
         return None
