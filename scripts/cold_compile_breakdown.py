@@ -5,7 +5,8 @@
 Builds MODEL of the catalogue checkout CATALOGUE (`tools.catalogue_bench`), compiles its
 logp+dlogp under BACKEND (`stock_fast`, `policy_default`, ...) with PyTensor's numba cache
 in a fresh empty directory and calls it once (a *cold* compile), with timers around
-PyTensor's rewrites (`FunctionMaker.prepare_fgraph`), the policy pass, the numba linker's
+PyTensor's rewrites (`FunctionMaker.prepare_fgraph`), the rewritten graph kept on disk
+(`passes.rewritten_graphs`: its key, load, install, store), the policy pass, the numba linker's
 funcify, planning, numba's typing-context refresh, the generator's dry runs, every numba
 compiler pass (numba's event API, ``numba:run_pass``) and numba's LLVM steps per code
 library (parse + per-function passes, module passes, machine code, the rest of finalize).
@@ -130,6 +131,10 @@ def install():
 
     wrap(maker.FunctionMaker, "prepare_fgraph", "rewrites (excl. policy pass)")
     wrap(policy_codegen.PolicyCodegen, "apply", "policy pass")
+    import ptnumba_codegen.passes.rewritten_graphs as rewritten_graphs
+
+    for attr in ("graph_key", "load", "install", "store"):
+        wrap(rewritten_graphs, attr, f"rewritten graph: {attr}")
     wrap(NumbaLinker, "fgraph_convert", "funcify")
     wrap(plans, "plan_node", "policy planning")
     wrap(dispatch, "funcify_policy_node", "policy funcify (keys, kernel objects)")

@@ -73,18 +73,23 @@ def plain(obj, depth: int = 0) -> str:
     return f"{cls}{{" + ",".join(f"{k}={plain(v, depth + 1)}" for k, v in sorted(attrs.items())) + "}"
 
 
-def graph_text(inputs, outputs, depth: int = 0) -> str:
+def graph_text(inputs, outputs, depth: int = 0, *, cone: bool = False) -> str:
     """The graph from ``inputs`` (named by position) to ``outputs`` (by position), spelled
     completely (raises `NoKey`). Nodes in `io_toposort` order, which follows the graph's
-    structure only."""
-    names: dict = {v: f"i{k}" for k, v in enumerate(inputs)}
-    lines = [f"input {k} {plain(v.type, depth)}" for k, v in enumerate(inputs)]
+    structure only. ``cone=True``: the graph above ``inputs`` (`as_written.guard_verdicts`),
+    any variable it reads that is neither a constant nor computed in it is an input, named
+    where first read."""
+    names: dict = {} if cone else {v: f"i{k}" for k, v in enumerate(inputs)}
+    lines = [] if cone else [f"input {k} {plain(v.type, depth)}" for k, v in enumerate(inputs)]
 
     def name(v) -> str:
         if v not in names:
-            if not isinstance(v, Constant):
+            if isinstance(v, Constant):
+                lines.append(f"const {plain(v.type, depth)} {plain(np.asarray(v.data), depth)}")
+            elif cone:
+                lines.append(f"input {plain(v.type, depth)}")
+            else:
                 raise NoKey(f"{v} is neither an input nor a constant nor computed")
-            lines.append(f"const {plain(v.type, depth)} {plain(np.asarray(v.data), depth)}")
             names[v] = f"v{len(lines) - 1}"
         return names[v]
 

@@ -24,44 +24,22 @@ import functools
 import pickle
 from collections.abc import Callable
 
-import numpy as np
-from pytensor.graph.basic import Constant, Variable
-from pytensor.graph.traversal import io_toposort
+from pytensor.graph.basic import Variable
 
-from ptnumba_codegen.analysis.graph_text import NoKey
-from ptnumba_codegen.analysis.graph_text import plain as _plain
+from ptnumba_codegen.analysis.graph_text import NoKey, graph_text
 from ptnumba_codegen.runtime import disk_cache
 
-FORMAT = 1  # bump when the file layout or the key's spelling changes
+FORMAT = 2  # bump when the file layout or the key's spelling changes
 SUBDIR = "ptnumba_codegen_guard_verdicts"
 UNCHANGED = "stabilize changes nothing"
 
 
 def cone_text(inputs, var: Variable) -> str | None:
     """The cone of ``var`` above ``inputs``, spelled completely (None if it cannot be)."""
-    names: dict = {}
-    lines: list[str] = []
-
-    def name(v) -> str:
-        if v not in names:
-            if isinstance(v, Constant):
-                lines.append(f"const {_plain(v.type)} {_plain(np.asarray(v.data))}")
-            else:  # an input of the cone
-                lines.append(f"input {_plain(v.type)}")
-            names[v] = f"v{len(lines) - 1}"
-        return names[v]
-
     try:
-        for node in io_toposort(list(inputs), [var]):
-            args = ",".join(name(i) for i in node.inputs)
-            op = _plain(node.op)
-            for k, out in enumerate(node.outputs):
-                lines.append(f"{op}[{k}] {_plain(out.type)} ({args})")
-                names[out] = f"v{len(lines) - 1}"
-        lines.append(f"out {name(var)}")
+        return graph_text(inputs, [var], cone=True)
     except NoKey:
         return None
-    return "\n".join(lines)
 
 
 @functools.cache
