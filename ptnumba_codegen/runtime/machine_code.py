@@ -32,7 +32,8 @@ bit and every instruction of the final function keeps its flags
 
 It applies to libraries numba creates after it ran, once per process, when the first
 function is compiled with ``policy_codegen`` (never at import), like `boxing.configure`.
-``PTNUMBA_CODEGEN_MACHINE_CODE=always`` keeps numba's own finalization.
+``PTNUMBA_CODEGEN_MACHINE_CODE=always`` keeps numba's own finalization. In both modes a
+library's machine code calls its own copies of what it linked (`runtime.own_copies`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 from ptnumba_codegen.runtime import ProcessSetting
+from ptnumba_codegen.runtime.own_copies import local_copies
 
 ENV = "PTNUMBA_CODEGEN_MACHINE_CODE"
-ENV_VALUES = ("on_demand", "always")  # on_demand (default): `OnDemandLibrary`; always: numba's own
+ENV_VALUES = ("on_demand", "always")  # on_demand (default): `OnDemandLibrary`; always: `OwnCopiesLibrary`
 
 # a function named so is an entry point whose address numba takes as soon as the library is
 # compiled (`get_executable`: the CPython wrapper a dispatcher calls). A C-callable wrapper
@@ -82,7 +84,16 @@ def may_reassociate(module) -> bool:
     return _REORDERING.search(str(module)) is not None
 
 
-class OnDemandLibrary(numba_codegen.JITCodeLibrary):
+class OwnCopiesLibrary(numba_codegen.JITCodeLibrary):
+    """numba's JIT code library whose machine code calls its own copies of the functions
+    it linked (`runtime.own_copies`), in both modes of this module."""
+
+    def _finalize_specific(self):
+        with local_copies(self._final_module):
+            super()._finalize_specific()
+
+
+class OnDemandLibrary(OwnCopiesLibrary):
     """numba's JIT code library, with machine code emitted when first needed (see above)."""
 
     _machine_code_pending = False
@@ -158,10 +169,12 @@ def _set_pending_environments(codegen) -> None:
 
 
 def _apply(choice: str, environ) -> str:
-    """`SETTING`'s work: libraries numba creates from now on are `OnDemandLibrary`."""
-    if choice == "always":
-        return f"numba's finalization, machine code for every library ({ENV}=always)"
+    """`SETTING`'s work: libraries numba creates from now on are `OnDemandLibrary`
+    (``always``: `OwnCopiesLibrary`)."""
     codegen = cpu_target.target_context.codegen()
+    if choice == "always":
+        codegen._library_class = OwnCopiesLibrary
+        return f"numba's finalization, machine code for every library ({ENV}=always)"
     codegen._library_class = OnDemandLibrary
     codegen.set_env = functools.partial(_set_env, codegen)
     return "machine code on demand for libraries without an entry point"
