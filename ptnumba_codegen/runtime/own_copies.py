@@ -17,7 +17,9 @@ process and the later ones").
 `local_copies(module)`: while MCJIT generates a library's machine code, the definitions it
 holds as copies (`COPY_LINKAGES`) are internal, so the machine code calls its own copies
 whatever else the engine holds; their linkage is put back afterwards, so a caller that
-links this library's IR finds it as numba left it. A library's own functions (``external``:
+links this library's IR finds it as numba left it (LLVM marks a definition ``dso_local``
+when it becomes internal and keeps the mark: true of a copy, and nothing but code
+generation reads it). A library's own functions (``external``:
 its entry points, whose addresses numba asks for by name) are untouched. The IR and its
 optimization are unchanged: only which copy a call binds to, always the one compiled with
 the caller (what a process loading the caller from numba's cache runs anyway).
