@@ -34,6 +34,7 @@ from collections.abc import Iterator
 
 from pytensor.compile import optdb
 
+from ptnumba_codegen import nutpie_wrappers
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.modes import KERNELS, REGISTERED, TAG, set_registered_policy
 
@@ -61,6 +62,7 @@ def _set(policy: Policy | None) -> None:
         set_registered_policy(None)
         return
     set_registered_policy(policy)
+    nutpie_wrappers.install(is_enabled)  # nutpie's C wrappers built with loops while on
     for name, rewriter in REGISTERED.items():
         if rewriter not in tagged:
             optdb.add_tags(name, NUMBA_TAG)

@@ -1,0 +1,193 @@
+"""nutpie's C wrappers built with element loops (`ptnumba_codegen.nutpie_wrappers`).
+
+The replacements must be nutpie's wrappers in all but how they copy: around the same
+PyTensor functions, nutpie's own cfunc and the replacement's return the same code and write
+the same bits, at a regular point, where the gradient is not finite (3), where only the logp
+is not finite (4), where the function raises (1 / -2), and at a wrong size (-1). The switch
+decides which one nutpie builds; another nutpie signature keeps nutpie's own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+nutpie = pytest.importorskip("nutpie")
+pytest.importorskip("pymc")
+
+import numba  # noqa: E402
+import pytensor  # noqa: E402
+import pytensor.tensor as pt  # noqa: E402
+from pytensor.raise_op import Assert  # noqa: E402
+
+import nutpie.compile_pymc as ncp  # noqa: E402
+
+import ptnumba_codegen  # noqa: E402
+from ptnumba_codegen import nutpie_wrappers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+N = 3
+DOUBLE_P = ctypes.POINTER(ctypes.c_double)
+
+
+def _nutpie_own(name):
+    fn = getattr(ncp, name)
+    return getattr(fn, "__wrapped__", fn)
+
+
+@pytest.fixture(scope="module")
+def functions():
+    """logp = sum(log x) (not finite at x0 = 0), "gradient" = x (raises at x0 >= 100), and an
+    expansion (x, exp(x)), compiled with the numba linker as nutpie compiles them."""
+    x = pt.vector("x", shape=(N,))
+    checked = Assert("x0 < 100")(x, x[0] < 100)
+    logp_fn = pytensor.function([x], [pt.log(x).sum(), checked * 1.0], mode="NUMBA")
+    expand_fn = pytensor.function([x], [pt.concatenate([checked, pt.exp(x)])], mode="NUMBA")
+    return logp_fn.vm.jit_fn, expand_fn.vm.jit_fn
+
+
+def _cfuncs(make, *args):
+    raw, sig = make(*args)
+    return numba.cfunc(sig)(raw)
+
+
+@pytest.fixture(scope="module")
+def logp_pair(functions):
+    user_data = ncp.make_user_data({}, {})
+    ours = _cfuncs(nutpie_wrappers.make_c_logp_func, N, functions[0], user_data, [], {})
+    theirs = _cfuncs(_nutpie_own("_make_c_logp_func"), N, functions[0], user_data, [], {})
+    return ours, theirs, user_data
+
+
+def _call_logp(cf, user_data, x, dim=N):
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    out = np.full(N, -7.25)
+    logp = np.full((), -7.25)
+    rc = cf.ctypes(dim, x.ctypes.data_as(DOUBLE_P), out.ctypes.data_as(DOUBLE_P),
+                   logp.ctypes.data_as(DOUBLE_P), ctypes.c_void_p(user_data.ctypes.data))
+    return rc, logp.view(np.uint64).copy(), out.view(np.uint64).copy()
+
+
+@pytest.mark.parametrize(
+    ("point", "code"),
+    [
+        ([0.5, 1.25, 3.0], 0),
+        ([1e-300, 7.0, 1e300], 0),
+        ([0.0, 1.0, 2.0], 4),  # logp -inf, gradient finite
+        ([-1.0, 1.0, 2.0], 4),  # logp nan
+        ([1.0, np.inf, 2.0], 3),  # gradient not finite (checked before the logp)
+        ([1.0, np.nan, 2.0], 3),
+        ([100.0, 1.0, 2.0], 1),  # the function raises
+    ],
+)
+def test_the_logp_wrapper_returns_nutpies_codes_and_bits(logp_pair, point, code):
+    ours, theirs, user_data = logp_pair
+    got, want = _call_logp(ours, user_data, point), _call_logp(theirs, user_data, point)
+    assert got[0] == want[0] == code
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_the_logp_wrapper_refuses_a_wrong_size(logp_pair):
+    ours, theirs, user_data = logp_pair
+    assert _call_logp(ours, user_data, [1.0, 2.0, 3.0], dim=N + 1)[0] == -1
+    assert _call_logp(theirs, user_data, [1.0, 2.0, 3.0], dim=N + 1)[0] == -1
+
+
+def test_the_expand_wrapper_returns_nutpies_codes_and_bits(functions):
+    user_data = ncp.make_user_data({}, {})
+    args = (N, 2 * N, functions[1], user_data, [], {})
+    ours = _cfuncs(nutpie_wrappers.make_c_expand_func, *args)
+    theirs = _cfuncs(_nutpie_own("_make_c_expand_func"), *args)
+
+    def call(cf, x, dim=N, expanded=2 * N):
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        out = np.full(2 * N, -7.25)
+        rc = cf.ctypes(dim, expanded, x.ctypes.data_as(DOUBLE_P), out.ctypes.data_as(DOUBLE_P),
+                       ctypes.c_void_p(user_data.ctypes.data))
+        return rc, out.view(np.uint64).copy()
+
+    for point, code in (([0.5, -2.0, 700.0], 0), ([1.0, 800.0, np.nan], 0), ([100.0, 0.0, 0.0], -2)):
+        got, want = call(ours, point), call(theirs, point)
+        assert got[0] == want[0] == code, point
+        np.testing.assert_array_equal(got[1], want[1])
+    for dims in ((N + 1, 2 * N), (N, 2 * N + 1)):
+        assert call(ours, [1.0, 2.0, 3.0], *dims)[0] == call(theirs, [1.0, 2.0, 3.0], *dims)[0] == -1
+
+
+def test_the_switch_decides_which_wrappers_nutpie_builds():
+    import pymc as pm
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu")
+        pm.Normal("y", mu, 1.0, observed=np.array([0.3, -0.1, 0.8]))
+    before = dict(nutpie_wrappers.STATS)
+    with ptnumba_codegen.enabled("default"):
+        policy = nutpie.compile_pymc_model(model)
+    assert nutpie_wrappers.state() == "element loops while the switch is on"
+    assert nutpie_wrappers.STATS["logp"] == before["logp"] + 1
+    assert nutpie_wrappers.STATS["expand"] == before["expand"] + 1
+    stock = nutpie.compile_pymc_model(model)  # switch off: nutpie's own
+    assert nutpie_wrappers.STATS == {"logp": before["logp"] + 1, "expand": before["expand"] + 1}
+    # both C functions compute the model's logp and gradient
+    user_data = policy.user_data
+    for compiled in (policy, stock):
+        rc, logp, out = _call_logp_n(compiled, 1, [0.2])
+        assert rc == 0
+        np.testing.assert_allclose(logp, compiled.logp_func(np.array([0.2]))[0], rtol=1e-12)
+        np.testing.assert_allclose(out, compiled.logp_func(np.array([0.2]))[1], rtol=1e-12)
+    assert user_data is not None
+
+
+def _call_logp_n(compiled, n, x):
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    out = np.zeros(n)
+    logp = np.zeros(())
+    rc = compiled.compiled_logp_func.ctypes(
+        n, x.ctypes.data_as(DOUBLE_P), out.ctypes.data_as(DOUBLE_P), logp.ctypes.data_as(DOUBLE_P),
+        ctypes.c_void_p(compiled.user_data.ctypes.data))
+    return rc, float(logp), out
+
+
+def test_another_nutpie_signature_keeps_nutpies_own():
+    fake = types.SimpleNamespace(
+        make_extraction_fn=lambda *a: None,
+        _make_c_logp_func=lambda n_dim, logp_fn, user_data, shared_keys: None,
+        _make_c_expand_func=_nutpie_own("_make_c_expand_func"),
+    )
+    reason = nutpie_wrappers.why_not(fake)
+    assert reason == ("nutpie.compile_pymc._make_c_logp_func takes (n_dim, logp_fn, user_data, shared_keys), "
+                      "not (n_dim, logp_fn, user_data, shared_keys, shared_data)")
+    assert nutpie_wrappers.why_not(types.SimpleNamespace()) == "nutpie.compile_pymc.make_extraction_fn is missing"
+    assert nutpie_wrappers.why_not(ncp) is None
+
+
+def test_a_bad_setting_names_the_allowed_values(monkeypatch):
+    monkeypatch.setenv(nutpie_wrappers.ENV, "fast")
+    with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_NUTPIE_WRAPPERS='fast': allowed values are loops, nutpie"):
+        nutpie_wrappers.install(lambda: True)
+
+
+def test_nutpie_imported_after_enable_gets_them_and_the_setting_keeps_nutpies():
+    code = (
+        "import ptnumba_codegen, sys\n"
+        "ptnumba_codegen.enable()\n"
+        "assert 'nutpie' not in sys.modules\n"
+        "import nutpie.compile_pymc as m\n"
+        "from ptnumba_codegen import nutpie_wrappers as w\n"
+        "print(hasattr(m._make_c_logp_func, 'ptnumba_replacement'), w.state())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(nutpie_wrappers.ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "True element loops while the switch is on"
+    env[nutpie_wrappers.ENV] = "nutpie"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "False nutpie's own wrappers (PTNUMBA_CODEGEN_NUTPIE_WRAPPERS=nutpie)"
