@@ -53,7 +53,7 @@ NEEDED = ("make_extraction_fn",)
 
 STATS = {"logp": 0, "expand": 0}  # wrappers built here (tests read it)
 _LOCK = threading.Lock()
-_state: dict = {"installed": False, "reason": "not installed", "originals": {}}
+_state: dict = {"installed": False, "reason": "not installed", "originals": {}, "chosen": {}}
 _is_on = [lambda: False]
 
 
@@ -150,7 +150,6 @@ def _switched(name, original, replacement):
 
     chosen.__name__ = name
     chosen.__wrapped__ = original
-    chosen.ptnumba_replacement = replacement
     return chosen
 
 
@@ -183,7 +182,8 @@ def _patch(module) -> None:
         for name, (_, replacement) in REPLACED.items():
             original = getattr(module, name)
             _state["originals"][name] = original
-            setattr(module, name, _switched(name, original, getattr(here, replacement)))
+            _state["chosen"][name] = _switched(name, original, getattr(here, replacement))
+            setattr(module, name, _state["chosen"][name])
         _state["installed"], _state["reason"] = True, "element loops while the switch is on"
 
 
@@ -242,7 +242,7 @@ def uninstall() -> None:
         for name, original in _state["originals"].items():
             if module is not None:
                 setattr(module, name, original)
-        _state.update(installed=False, reason="not installed", originals={})
+        _state.update(installed=False, reason="not installed", originals={}, chosen={})
         if _hook is not None and _hook in sys.meta_path:
             sys.meta_path.remove(_hook)
         _hook = None
@@ -253,5 +253,11 @@ def state() -> str:
     return _state["reason"]
 
 
+def replaced() -> tuple[str, ...]:
+    """The functions of nutpie's module that choose between nutpie's wrappers and these now."""
+    module = sys.modules.get(MODULE)
+    return tuple(name for name, chosen in _state["chosen"].items() if getattr(module, name, None) is chosen)
+
+
 __all__ = ["ENV", "ENV_VALUES", "REPLACED", "STATS", "install", "make_c_expand_func", "make_c_logp_func",
-           "state", "uninstall", "why_not"]
+           "replaced", "state", "uninstall", "why_not"]
