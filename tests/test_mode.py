@@ -24,9 +24,10 @@ def elemwise_nodes(fn):
 
 
 def test_tag_is_only_policy_codegen():
-    from ptnumba_codegen.modes import AS_WRITTEN_NAME, INLINE_NAME, KERNELS_NAME
+    from ptnumba_codegen.modes import AS_WRITTEN_NAME, GATHER_COPIES_NAME, INLINE_NAME, KERNELS_NAME
 
-    ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten"}
+    ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten",
+            GATHER_COPIES_NAME: "GatherCopies"}
     assert set(optdb.__db__["policy_codegen"]) == {optdb[name] for name in ours}
     for name, cls in ours.items():
         tags = {t for t, names in optdb.__db__.items() if optdb[name] in names}
@@ -44,6 +45,11 @@ def test_tag_is_only_policy_codegen():
     assert optdb.__position__[AS_WRITTEN_NAME] < min(p for p in numba_positions if p > -0.01)
     # the inline pass after the last rewrite that changes values, before elemwise fusion
     assert optdb.__position__["add_mul_fusion"] < optdb.__position__[INLINE_NAME] < optdb.__position__["elemwise_fusion"]
+    # the gather copies after every in-place rewrite, right before the indexed fusion and the
+    # merge that follows it (same position: sorted by name, the fusion first)
+    before = [p for name, p in optdb.__position__.items() if p < 100 and name not in ours]
+    assert max(before) < optdb.__position__[GATHER_COPIES_NAME] < 100
+    assert optdb.__position__["fuse_indexed_into_elemwise"] == optdb.__position__["merge3"] == 100
 
 
 def test_including_tag_hands_every_elemwise_to_the_generator():
