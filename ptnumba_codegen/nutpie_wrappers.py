@@ -187,7 +187,7 @@ def _patch(module) -> None:
         _state["installed"], _state["reason"] = True, "element loops while the switch is on"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _AfterImport(importlib.abc.MetaPathFinder):
     """Patches nutpie's module right after it is imported (then leaves ``sys.meta_path``)."""
 
     def find_spec(self, fullname, path, target=None):
@@ -234,20 +234,6 @@ def install(is_on) -> str:
     return state()
 
 
-def uninstall() -> None:
-    """Put nutpie's own functions back (tests)."""
-    global _hook
-    with _LOCK:
-        module = sys.modules.get(MODULE)
-        for name, original in _state["originals"].items():
-            if module is not None:
-                setattr(module, name, original)
-        _state.update(installed=False, reason="not installed", originals={}, chosen={})
-        if _hook is not None and _hook in sys.meta_path:
-            sys.meta_path.remove(_hook)
-        _hook = None
-
-
 def state() -> str:
     """What nutpie's wrappers are in this process, and why."""
     return _state["reason"]
@@ -260,4 +246,4 @@ def replaced() -> tuple[str, ...]:
 
 
 __all__ = ["ENV", "ENV_VALUES", "REPLACED", "STATS", "install", "make_c_expand_func", "make_c_logp_func",
-           "replaced", "state", "uninstall", "why_not"]
+           "replaced", "state", "why_not"]
