@@ -231,6 +231,8 @@ def test_nutpie_compiles_on_an_empty_cache_of_its_own(tmp_path):
     nutpie = cb._spec(args, work, "original", "small", "policy_default", "nutpie", 1)["cache_dir"]
     cold = cb._spec(args, work, "original", "small", "policy_default", "cold", 1)["cache_dir"]
     assert nutpie is not None and Path(nutpie).parent == work / "cache" and nutpie != cold
+    # the second nutpie process (a user's next run) reads the cache the first one filled
+    assert cb._spec(args, work, "original", "small", "policy_default", "nutpie_warm", 1)["cache_dir"] == nutpie
     assert cb._spec(args, work, "original", "small", "c", "ref", 1)["cache_dir"] is None
 
 
@@ -439,3 +441,30 @@ def test_run_subprocess_blas_threads_env(monkeypatch):
     cb.run_subprocess({"blas_threads": None}, 5)
     assert seen[0]["OPENBLAS_NUM_THREADS"] == "1" and seen[1] is None
     assert all(v in seen[0] for v in cb.BLAS_THREAD_VARS)
+
+
+def test_nutpie_runs_twice_per_cell_and_the_summary_has_both(tmp_path):
+    """After the rounds: a nutpie process per backend on an empty cache, then a second one
+    per backend on the same cache; the summary gives time to posterior for each."""
+    calls, inner = [], _fake_runner([])
+
+    def run_one(spec):
+        calls.append((spec["model"], spec["backend"], spec["phase"]))
+        if spec["phase"] not in cb.NUTPIE_PHASES:
+            return inner(spec)
+        compile_s = {"nutpie": {"stock_fast": 8.0, "policy_default": 4.0},
+                     "nutpie_warm": {"stock_fast": 4.0, "policy_default": 1.0}}[spec["phase"]][spec["backend"]]
+        return {k: spec[k] for k in ("model", "form", "backend", "phase", "round")} | {
+            "nutpie_status": "ok", "nutpie_compile_s": compile_s, "nutpie_sample_s": 1.0}
+
+    args = _opts(tmp_path, models=["small"], backends=["stock_fast", "policy_default"], nutpie=True)
+    res = cb.run(args, run_one=run_one)
+    assert [(b, p) for _, b, p in calls if p in cb.NUTPIE_PHASES] == [
+        ("stock_fast", "nutpie"), ("policy_default", "nutpie"), ("stock_fast", "nutpie_warm"), ("policy_default", "nutpie_warm")]
+    lines = cb.summary(res, "original", nutpie=True)
+    assert "# time to posterior through nutpie, s (geometric mean): stock 9.0 (1 models), pd 5.0 (1 models)" in lines
+    assert ("# time to posterior through nutpie, second process, s (geometric mean): stock 5.0 (1 models), "
+            "pd 2.0 (1 models)") in lines
+    assert res.cell("original", "small", "policy_default").error is None
+    row = [r for r in cb.table(res, "original", nutpie=True).splitlines() if r.startswith("small") and " pd " in r][0]
+    assert row.split()[-4:-1] == ["4.0", "1.0", "1.0"]
