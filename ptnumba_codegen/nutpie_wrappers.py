@@ -64,19 +64,22 @@ def _choice(environ=os.environ) -> str:
     return value
 
 
+def _signature(*kinds):
+    """nutpie's C signature: int64 of ``kinds`` (``u64`` uint64, ``f64*`` a double pointer,
+    ``void*`` a pointer)."""
+    import numba
+
+    types = {"u64": numba.types.uint64, "f64*": numba.types.CPointer(numba.types.double), "void*": numba.types.voidptr}
+    return numba.types.int64(*(types[k] for k in kinds))
+
+
 def make_c_logp_func(n_dim, logp_fn, user_data, shared_keys, shared_data):
     """nutpie's logp+gradient C wrapper (``_make_c_logp_func``), results copied by loops."""
     import numba
 
     module = sys.modules[MODULE]
     extract = module.make_extraction_fn(logp_fn, shared_data, shared_keys, user_data.dtype)
-    c_sig = numba.types.int64(
-        numba.types.uint64,
-        numba.types.CPointer(numba.types.double),
-        numba.types.CPointer(numba.types.double),
-        numba.types.CPointer(numba.types.double),
-        numba.types.voidptr,
-    )
+    c_sig = _signature("u64", "f64*", "f64*", "f64*", "void*")  # dim, x, gradient out, logp out, user data
 
     def ptnumba_nutpie_logp(dim, x_, out_, logp_, user_data_):
         if dim != n_dim:
@@ -112,13 +115,7 @@ def make_c_expand_func(n_dim, n_expanded, expand_fn, user_data, shared_var_keys,
 
     module = sys.modules[MODULE]
     extract = module.make_extraction_fn(expand_fn, shared_data, shared_var_keys, user_data.dtype)
-    c_sig = numba.types.int64(
-        numba.types.uint64,
-        numba.types.uint64,
-        numba.types.CPointer(numba.types.double),
-        numba.types.CPointer(numba.types.double),
-        numba.types.voidptr,
-    )
+    c_sig = _signature("u64", "u64", "f64*", "f64*", "void*")  # dim, expanded, x, values out, user data
 
     def ptnumba_nutpie_expand(dim, expanded, x_, out_, user_data_):
         if dim != n_dim:

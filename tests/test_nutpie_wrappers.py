@@ -192,3 +192,50 @@ def test_nutpie_imported_after_enable_gets_them_and_the_setting_keeps_nutpies():
     env[nutpie_wrappers.ENV] = "nutpie"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == "() nutpie's own wrappers (PTNUMBA_CODEGEN_NUTPIE_WRAPPERS=nutpie)"
+
+
+def test_under_the_switch_nutpies_logp_is_the_functions_own_machine_code():
+    """`runtime.symbol_calls`: the wrapper calls the PyTensor function's machine code (a
+    declaration in its module, not a copy of its IR optimized again), so the C logp and
+    gradient are the bits ``logp_func(x)`` returns from Python, and numba refuses to cache
+    the wrapper (its code holds this process's symbols)."""
+    import pymc as pm
+
+    from ptnumba_codegen.runtime import symbol_calls
+
+    data = np.random.default_rng(3).normal(size=4001)
+    with pm.Model() as model:
+        mu = pm.Normal("mu")
+        sigma = pm.HalfNormal("sigma")
+        pm.Normal("y", mu, sigma, observed=data)
+    with ptnumba_codegen.enabled("default"):
+        compiled = nutpie.compile_pymc_model(model)
+    library = compiled.compiled_logp_func._library
+    assert symbol_calls.is_caller(library)
+    assert library.has_dynamic_globals  # numba's check_cachable refuses it
+    defined = {fn.name for fn in library._final_module.functions if not fn.is_declaration}
+    assert not any("numba_funcified_fgraph" in name for name in defined)
+    for point in ([0.3, -0.2], [-1.7, 2.5], [40.0, -30.0]):
+        rc, logp, out = _call_logp_n(compiled, 2, point)
+        want_logp, want_grad = compiled.logp_func(np.array(point))
+        assert rc == 0
+        assert np.float64(logp).tobytes() == np.float64(want_logp).tobytes()
+        np.testing.assert_array_equal(out.view(np.uint64), np.asarray(want_grad).view(np.uint64))
+
+
+def test_other_libraries_link_as_numba_does(functions):
+    from ptnumba_codegen.runtime import symbol_calls
+
+    user_data = ncp.make_user_data({}, {})
+    theirs = _cfuncs(_nutpie_own("_make_c_logp_func"), N, functions[0], user_data, [], {})
+    assert not symbol_calls.is_caller(theirs._library)
+    defined = {fn.name for fn in theirs._library._final_module.functions if not fn.is_declaration}
+    assert any("numba_funcified_fgraph" in name for name in defined)  # the function's IR copied in
+
+
+def test_the_wrappers_names_are_symbol_callers():
+    from ptnumba_codegen.runtime import symbol_calls
+
+    raw, _ = nutpie_wrappers.make_c_logp_func(N, None, ncp.make_user_data({}, {}), [], {})
+    raw_expand, _ = nutpie_wrappers.make_c_expand_func(N, N, None, ncp.make_user_data({}, {}), [], {})
+    assert {raw.__name__, raw_expand.__name__} == set(symbol_calls.CALLERS)

@@ -33,7 +33,8 @@ bit and every instruction of the final function keeps its flags
 It applies to libraries numba creates after it ran, once per process, when the first
 function is compiled with ``policy_codegen`` (never at import), like `boxing.configure`.
 ``PTNUMBA_CODEGEN_MACHINE_CODE=always`` keeps numba's own finalization. In both modes a
-library's machine code calls its own copies of what it linked (`runtime.own_copies`).
+library's machine code calls its own copies of what it linked (`runtime.own_copies`), and
+nutpie's C wrappers call the PyTensor function's own machine code (`runtime.symbol_calls`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from numba.core.registry import cpu_target
 
 from ptnumba_codegen.runtime import ProcessSetting
 from ptnumba_codegen.runtime.own_copies import local_copies
+from ptnumba_codegen.runtime.symbol_calls import called_by_symbol, mark_process_specific
 
 ENV = "PTNUMBA_CODEGEN_MACHINE_CODE"
 ENV_VALUES = ("on_demand", "always")  # on_demand (default): `OnDemandLibrary`; always: `OwnCopiesLibrary`
@@ -86,7 +88,16 @@ def may_reassociate(module) -> bool:
 
 class OwnCopiesLibrary(numba_codegen.JITCodeLibrary):
     """numba's JIT code library whose machine code calls its own copies of the functions
-    it linked (`runtime.own_copies`), in both modes of this module."""
+    it linked (`runtime.own_copies`), in both modes of this module; one of
+    `runtime.symbol_calls.CALLERS` calls compiled PyTensor functions by symbol instead."""
+
+    def finalize(self):
+        by_symbol = called_by_symbol(self)
+        if by_symbol:
+            self._linking_libraries = [lib for lib in self._linking_libraries if lib not in by_symbol]
+        super().finalize()
+        if by_symbol:
+            mark_process_specific(self, by_symbol)
 
     def _finalize_specific(self):
         with local_copies(self._final_module):
