@@ -53,7 +53,7 @@ NEEDED = ("make_extraction_fn",)
 
 STATS = {"logp": 0, "expand": 0}  # wrappers built here (tests read it)
 _LOCK = threading.Lock()
-_state: dict = {"installed": False, "reason": "not installed", "originals": {}, "chosen": {}}
+_state: dict = {"reason": "not installed", "chosen": {}}  # chosen: nutpie function name -> `_switched`
 _is_on = [lambda: False]
 
 
@@ -168,7 +168,7 @@ def why_not(module) -> str | None:
 
 def _patch(module) -> None:
     with _LOCK:
-        if _state["installed"]:
+        if _state["chosen"]:
             return
         reason = why_not(module)
         if reason is not None:
@@ -177,11 +177,9 @@ def _patch(module) -> None:
             return
         here = sys.modules[__name__]
         for name, (_, replacement) in REPLACED.items():
-            original = getattr(module, name)
-            _state["originals"][name] = original
-            _state["chosen"][name] = _switched(name, original, getattr(here, replacement))
+            _state["chosen"][name] = _switched(name, getattr(module, name), getattr(here, replacement))
             setattr(module, name, _state["chosen"][name])
-        _state["installed"], _state["reason"] = True, "element loops while the switch is on"
+        _state["reason"] = "element loops while the switch is on"
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -224,7 +222,7 @@ def install(is_on) -> str:
     module = sys.modules.get(MODULE)
     if module is not None:
         _patch(module)
-    elif _hook is None and not _state["installed"]:
+    elif _hook is None and not _state["chosen"]:
         _hook = _AfterImport()
         sys.meta_path.insert(0, _hook)
         _state["reason"] = "waiting for nutpie's import"

@@ -7,7 +7,7 @@ when that kernel is its single client. A model's gather usually has several: the
 ``len(idx)`` rows, written and read back by every client (probabilistic matrix
 factorization: two gathers of 100,000 x 10 per call, their arrays 8 MB each).
 
-`copy_gathers` (position 99.99, after PyTensor's in-place rewrites and before the fusion)
+`GatherCopies` (position 99.99, after PyTensor's in-place rewrites and before the fusion)
 gives every client but the first its own copy of the gather (same op, same
 inputs), when `COPY_WHEN` holds, so the fusion can take each into its client: the kernel
 reads ``x[idx[i]]`` where it used the gathered array. A copy the fusion does not take is

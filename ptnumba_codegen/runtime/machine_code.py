@@ -92,7 +92,7 @@ class OwnCopiesLibrary(numba_codegen.JITCodeLibrary):
     `runtime.symbol_calls.CALLERS` calls compiled PyTensor functions by symbol instead."""
 
     def finalize(self):
-        by_symbol = called_by_symbol(self)
+        by_symbol = called_by_symbol(self, has_entry_point)
         if by_symbol:
             self._linking_libraries = [lib for lib in self._linking_libraries if lib not in by_symbol]
         super().finalize()

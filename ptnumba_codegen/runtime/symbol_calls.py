@@ -19,8 +19,6 @@ Applied by `machine_code` (both of its library classes), from the first policy c
 
 from __future__ import annotations
 
-ENTRY_PREFIX = "_ZN7cpython"  # numba's CPython wrapper of a function compiled with one
-
 # function names (the last part of numba's qualified name) of the callers, with their reason
 CALLERS = {
     "ptnumba_nutpie_logp": "nutpie's logp+gradient C wrapper (nutpie_wrappers): calls the whole PyTensor function",
@@ -39,20 +37,21 @@ def is_caller(library) -> bool:
     return library.name.rpartition(".")[2] in CALLERS
 
 
-def called_by_symbol(caller) -> list:
+def called_by_symbol(caller, has_entry_point) -> list:
     """The libraries ``caller`` links whose functions it should call by symbol: each has a
-    CPython entry point, and every function of it that ``caller`` declares is defined in
-    this process's engine. Empty unless ``caller`` is one of `CALLERS`."""
+    CPython entry point (``has_entry_point(module)``, `machine_code`'s test), and every
+    function of it that ``caller`` declares is defined in this process's engine. Empty
+    unless ``caller`` is one of `CALLERS`."""
     if not is_caller(caller):
         return []
     engine = caller._codegen._engine
     declared = {fn.name for fn in caller._final_module.functions if fn.is_declaration}
     chosen = []
     for library in caller._linking_libraries:
-        defined = [fn.name for fn in _module(library).functions if not fn.is_declaration]
-        if not any(name.startswith(ENTRY_PREFIX) for name in defined):
+        module = _module(library)
+        if not has_entry_point(module):
             continue
-        called = declared.intersection(defined)
+        called = declared.intersection(fn.name for fn in module.functions if not fn.is_declaration)
         if called and all(engine.is_symbol_defined(name) for name in called):
             chosen.append(library)
     return chosen
@@ -63,4 +62,4 @@ def mark_process_specific(caller, libraries) -> None:
     caller._dynamic_globals.extend(f"call by symbol into {library.name}" for library in libraries)
 
 
-__all__ = ["CALLERS", "ENTRY_PREFIX", "called_by_symbol", "is_caller", "mark_process_specific"]
+__all__ = ["CALLERS", "called_by_symbol", "is_caller", "mark_process_specific"]

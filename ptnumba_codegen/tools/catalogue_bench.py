@@ -465,13 +465,11 @@ class Cell:
 
     @property
     def nutpie(self) -> dict | None:
-        recs = self.phase("nutpie")
-        return recs[0] if recs else None
+        return next(iter(self.phase("nutpie")), None)
 
     @property
     def nutpie_warm(self) -> dict | None:
-        recs = self.phase("nutpie_warm")
-        return recs[0] if recs else None
+        return next(iter(self.phase("nutpie_warm")), None)
 
 
 class Results:
