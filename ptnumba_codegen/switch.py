@@ -1,7 +1,7 @@
 """The process-wide switch: policy kernels in every numba-linker mode.
 
-``enable(policy)`` adds the ``numba`` tag to the three rewrites (tag ``policy_codegen``:
-the as-written pass, its inlining, the kernels; see ``modes.py``) that
+``enable(policy)`` adds the ``numba`` tag to the rewrites of tag ``policy_codegen``
+(the as-written pass, its inlining, the gather copies, the compact checks, the kernels; see ``modes.py``) that
 ``import ptnumba_codegen`` registered in PyTensor's ``optdb``. ``NumbaLinker.required_rewrites``
 includes ``numba``, so from then on every mode with the numba linker runs them when
 a function is compiled: ``mode="NUMBA"``, ``Mode(linker="numba", ...)`` (even with

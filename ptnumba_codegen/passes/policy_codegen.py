@@ -1,13 +1,7 @@
 """The ``policy_kernels`` pass (`PolicyCodegen`): every kernel node gets a policy-carrying op.
 
-It is one of three rewrites, all selected by the ``policy_codegen`` tag (registered, and
-put into modes, by `ptnumba_codegen.modes`):
-
-| name | position | job |
-|---|---|---|
-| ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written.freeze`) |
-| ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
-| ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator |
+It is the last of the rewrites selected by the ``policy_codegen`` tag (registered, and put
+into modes, by `ptnumba_codegen.modes`, whose docstring lists them with their positions).
 """
 
 from __future__ import annotations
@@ -39,7 +33,7 @@ from ptnumba_codegen.runtime.pools import pools_to_yield_to
 
 log = logging.getLogger("ptnumba_codegen")
 
-TAG = "policy_codegen"  # the tag selecting the three rewrites
+TAG = "policy_codegen"  # the tag selecting the rewrites of `ptnumba_codegen.modes`
 # After fusion (49), inplace (50.5) and the numba-specific fusions at 100: the last rewrite.
 POSITION = 100.5
 

@@ -1,0 +1,136 @@
+"""Runtime checks whose stock numba function costs more to compile than it does.
+
+PyTensor's numba ``SpecifyShape`` asserts each dimension with an f-string message
+(``f'SpecifyShape: dim {i} of input has shape {x.shape[i]}, expected {s.item()}.'``).
+Typing and compiling it pulls numba's integer-to-string and unicode machinery into the
+process: about 1 s the first time in every process that compiles one (a cold compile; a
+warm one loads the function from PyTensor's cache). 18 of the catalogue's 25 core models
+have one.
+
+`CompactSpecifyShape` is the same op (a subclass: every ``isinstance`` check, the view, the
+shape inference and the gradient are SpecifyShape's) whose numba function compares the
+same integers and, on a mismatch, raises `SpecifyShapeError` with the three integers as its
+arguments; the exception formats the stock message in Python, so ``str(err)`` is the
+stock text and ``except AssertionError`` still catches it. `passes.compact_checks` puts it
+in the graph (figures: docs/benchmarks.md, "Shape checks").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic, overload
+
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+from pytensor.link.utils import compile_function_src
+from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.type_other import NoneTypeT
+
+from ptnumba_codegen._version import GENERATOR_DIGEST
+
+
+# The last mismatch a compact check found: (dim, actual, expected). The compiled check writes
+# it right before it raises; `SpecifyShapeError` reads it when numba's wrapper creates the
+# exception, in the same call under the GIL. (numba's runtime exception arguments would carry
+# the integers themselves, but a function loaded from PyTensor's numba cache fails to box
+# them: "Error creating Python tuple from runtime exception arguments".) Referred to by
+# symbol name, so cached code finds it in every process that imports this module, which
+# unpickling or building a `CompactSpecifyShape` does.
+MISMATCH_SYMBOL = "ptnumba_codegen_shape_mismatch"
+_MISMATCH = (ctypes.c_int64 * 3)()
+llvm.add_symbol(MISMATCH_SYMBOL, ctypes.addressof(_MISMATCH))
+
+
+def record_mismatch(dim, actual, expected):
+    """Keep a mismatch for `SpecifyShapeError` (Python; compiled, `_record_mismatch_ir`)."""
+    _MISMATCH[0], _MISMATCH[1], _MISMATCH[2] = int(dim), int(actual), int(expected)
+
+
+@overload(record_mismatch)
+def _record_mismatch_overload(dim, actual, expected):
+    return lambda dim, actual, expected: _record_mismatch_ir(dim, actual, expected)
+
+
+@intrinsic
+def _record_mismatch_ir(typingctx, dim, actual, expected):
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        record_type = ir.ArrayType(i64, len(_MISMATCH))
+        record = builder.module.globals.get(MISMATCH_SYMBOL) or ir.GlobalVariable(
+            builder.module, record_type, MISMATCH_SYMBOL
+        )
+        for i, (value, ty) in enumerate(zip(args, signature.args, strict=True)):
+            value = context.cast(builder, value, ty, types.int64)
+            builder.store(value, builder.gep(record, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)]))
+        return context.get_dummy_value()
+
+    return types.none(dim, actual, expected), codegen
+
+
+class SpecifyShapeError(AssertionError):
+    """A dimension differs from the one ``specify_shape`` names; ``args`` are
+    ``(dim, actual, expected)``, ``str()`` the message of PyTensor's numba backend."""
+
+    def __init__(self, dim, *rest):
+        if not rest and _MISMATCH[0] == dim:  # raised by a compiled check: its record
+            rest = (_MISMATCH[1], _MISMATCH[2])
+        super().__init__(dim, *rest)
+
+    def __str__(self):
+        if len(self.args) == 3:
+            return "SpecifyShape: dim %d of input has shape %d, expected %d." % self.args
+        return super().__str__()
+
+
+class CompactSpecifyShape(SpecifyShape):
+    """``SpecifyShape`` whose numba function raises `SpecifyShapeError` (no string formatting)."""
+
+    __props__ = ()
+
+
+# Printed (dprint, str) as the op it replaces, like the policy classes (`backend.ops`);
+# pickled by its qualified name.
+CompactSpecifyShape.__name__ = "SpecifyShape"
+
+
+# stock op class (looked up by exact type) -> (its compact subclass, why the stock numba
+# function costs more to compile than the compact one)
+COMPACT = {
+    SpecifyShape: (
+        CompactSpecifyShape,
+        "its assert formats an f-string: numba compiles int-to-str and unicode concatenation (~1 s a process)",
+    ),
+}
+
+
+def compact_op(op):
+    """The compact version of a stock check op (`COMPACT`), or None."""
+    entry = COMPACT.get(type(op))
+    return None if entry is None else entry[0]()
+
+
+@register_funcify_and_cache_key(CompactSpecifyShape)
+def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
+    """The numba function and its cache key (the package's source and the checked dims:
+    the function is generated from both)."""
+    names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
+    checked = tuple(not isinstance(dim.type, NoneTypeT) for dim in node.inputs[1:])
+    checks = [
+        f"    if x.shape[{i}] != {name}.item():\n"
+        f"        record_mismatch({i}, x.shape[{i}], {name}.item())\n"
+        f"        raise SpecifyShapeError({i})\n"
+        for i, (dim, name) in enumerate(zip(node.inputs[1:], names, strict=True))
+        if not isinstance(dim.type, NoneTypeT)
+    ]
+    src = f"def specify_shape(x, {', '.join(names)}):\n{''.join(checks)}    return x\n"
+    fn = compile_function_src(src, "specify_shape", {"SpecifyShapeError": SpecifyShapeError, "record_mismatch": record_mismatch})
+    key = hashlib.sha256(repr(("ptnumba_codegen", "CompactSpecifyShape", GENERATOR_DIGEST, checked)).encode())
+    return numba_basic.numba_njit(fn), key.hexdigest()
+
+
+__all__ = ["COMPACT", "CompactSpecifyShape", "SpecifyShapeError", "compact_op"]

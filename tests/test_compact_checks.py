@@ -1,0 +1,146 @@
+"""Stock runtime checks swapped for compact ones (`passes.compact_checks`, `backend.checks`).
+
+Under the policy every ``SpecifyShape`` is a `CompactSpecifyShape`: the values are stock's,
+a mismatch raises an ``AssertionError`` whose text is the stock numba backend's, dimension
+by dimension, and its numba function compiles no string formatting (the cost it removes).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from numba.core import types
+from pytensor.link.numba.dispatch.basic import numba_funcify
+from pytensor.tensor.shape import SpecifyShape
+
+from conftest import compile_fn
+from ptnumba_codegen.backend.checks import COMPACT, CompactSpecifyShape, SpecifyShapeError
+from ptnumba_codegen.passes.compact_checks import CompactChecks
+
+
+def _graph():
+    """A 3-d input checked on dims 0 and 2 (dim 1 left free), read by a kernel."""
+    x = pt.tensor3("x")
+    n0, n2 = pt.lscalar("n0"), pt.bscalar("n2")
+    y = pt.specify_shape(x, (n0, None, n2))
+    return [x, n0, n2], [pt.exp(y) * 2.0 + y.sum()]
+
+
+@pytest.fixture(scope="module")
+def fns():
+    inputs, outputs = _graph()
+    return {b: compile_fn(inputs, outputs, b, cache_key="compact_checks") for b in ("stock_strict", "policy_default")}
+
+
+def _checks(fn):
+    return [n.op for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, SpecifyShape)]
+
+
+def test_policy_graph_holds_only_compact_checks(fns):
+    assert [type(op) for op in _checks(fns["policy_default"])] == [CompactSpecifyShape]
+    assert [type(op) for op in _checks(fns["stock_strict"])] == [SpecifyShape]
+
+
+def test_values_equal_stock(fns):
+    x = np.random.default_rng(3).normal(size=(2, 5, 3))
+    ref = fns["stock_strict"](x, 2, 3)
+    np.testing.assert_allclose(fns["policy_default"](x, 2, 3), ref, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "shape, n0, n2",
+    [((2, 5, 3), 4, 3), ((2, 5, 3), 2, 7), ((2, 5, 3), 9, 9), ((0, 1, 3), 1, 3), ((2, 5, 3), 2, -3)],
+)
+def test_mismatch_raises_the_stock_message(fns, shape, n0, n2):
+    x = np.zeros(shape)
+    with pytest.raises(AssertionError) as stock:
+        fns["stock_strict"](x, n0, n2)
+    with pytest.raises(AssertionError) as ours:
+        fns["policy_default"](x, n0, n2)
+    assert type(ours.value) is SpecifyShapeError
+    assert str(ours.value) == str(stock.value)
+    assert str(stock.value).startswith("SpecifyShape: dim ")
+
+
+def _node_ir(op, node):
+    # PyTensor's node functions have no CPython wrapper (a direct call would crash): compile
+    # for the types the graph calls them with and read the IR
+    fn = numba_funcify(op, node=node)
+    sig = (types.Array(types.float64, 2, "C"), types.Array(types.int64, 0, "C"), types.Array(types.int64, 0, "C"))
+    fn.compile(sig)
+    return fn.inspect_llvm(sig)
+
+
+def test_compact_function_formats_no_string():
+    x = pt.matrix("x")
+    n, m = pt.lscalar("n"), pt.lscalar("m")
+    stock_node = pt.specify_shape(x, (n, m)).owner
+    compact_node = CompactSpecifyShape().make_node(*stock_node.inputs)
+    # what the stock function compiles and the compact one must not: int-to-str, unicode
+    assert "unicode" in _node_ir(stock_node.op, stock_node)
+    assert "unicode" not in _node_ir(compact_node.op, compact_node)
+
+
+def test_op_prints_and_pickles_as_specify_shape():
+    op = CompactSpecifyShape()
+    assert str(op) == str(SpecifyShape()) == "SpecifyShape"
+    back = pickle.loads(pickle.dumps(op))
+    assert type(back) is CompactSpecifyShape and back == op and back != SpecifyShape()
+    assert set(COMPACT) == {SpecifyShape}
+
+
+def test_pass_keeps_types_and_counts():
+    x = pt.vector("x", shape=(3,))
+    y = pt.specify_shape(pt.vector("z"), (3,)) + x
+    fg = pytensor.graph.fg.FunctionGraph(outputs=[y], clone=True)
+    before = fg.outputs[0].type
+    assert CompactChecks().apply(fg) == 1
+    assert fg.outputs[0].type == before
+    assert [type(n.op) for n in fg.toposort() if isinstance(n.op, SpecifyShape)] == [CompactSpecifyShape]
+
+
+CACHED_PROBE = r"""
+import sys
+from pathlib import Path
+import numpy as np
+import pytensor
+import pytensor.link.numba.cache as numba_cache
+sys.path.insert(0, sys.argv[2])
+numba_cache.NUMBA_CACHE_PATH = Path(sys.argv[1])
+from test_compact_checks import _graph
+from conftest import compile_fn
+from ptnumba_codegen.backend.checks import CompactSpecifyShape
+with pytensor.config.change_flags(numba__cache=True):
+    fn = compile_fn(*_graph(), "policy_default")
+assert any(type(n.op) is CompactSpecifyShape for n in fn.maker.fgraph.apply_nodes)
+messages = []
+for n0, n2 in ((4, 3), (2, 7)):
+    try:
+        fn(np.zeros((2, 5, 3)), n0, n2)
+    except AssertionError as err:
+        messages.append(f"{type(err).__name__}: {err}")
+print("PROBE", " | ".join(messages))
+"""
+
+
+def test_a_process_loading_the_cached_check_gets_the_message(tmp_path, fns):
+    """The first process compiles the check onto an empty cache, the second loads it: both
+    raise the stock text (the mismatch record is found by symbol name in each process)."""
+    from pathlib import Path
+
+    from conftest import second_process_line
+
+    tests = Path(__file__).parent
+    cold = second_process_line(CACHED_PROBE, [tmp_path, tests], "PROBE")
+    warm = second_process_line(CACHED_PROBE, [tmp_path, tests], "PROBE")
+    assert cold == warm
+    expected = []
+    for n0, n2 in ((4, 3), (2, 7)):
+        with pytest.raises(AssertionError) as stock:
+            fns["stock_strict"](np.zeros((2, 5, 3)), n0, n2)
+        expected.append(f"SpecifyShapeError: {stock.value}")
+    assert cold == "PROBE " + " | ".join(expected)
