@@ -12,7 +12,7 @@ shape inference and the gradient are SpecifyShape's) whose numba function compar
 same integers and, on a mismatch, raises `SpecifyShapeError` with the three integers as its
 arguments; the exception formats the stock message in Python, so ``str(err)`` is the
 stock text and ``except AssertionError`` still catches it. `passes.compact_checks` puts it
-in the graph (figures: docs/benchmarks.md, "Shape checks").
+in the graph (figures: docs/benchmarks.md, "Shape checks compiled without string formatting").
 """
 
 from __future__ import annotations
