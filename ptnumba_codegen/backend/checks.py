@@ -84,6 +84,8 @@ class SpecifyShapeError(AssertionError):
     def __str__(self):
         if len(self.args) == 3:
             return "SpecifyShape: dim %d of input has shape %d, expected %d." % self.args
+        if len(self.args) == 1:  # no record for it (cannot happen from a compiled check)
+            return "SpecifyShape: dim %d of input does not have the specified shape." % self.args
         return super().__str__()
 
 
