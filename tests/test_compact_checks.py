@@ -144,3 +144,15 @@ def test_a_process_loading_the_cached_check_gets_the_message(tmp_path, fns):
             fns["stock_strict"](np.zeros((2, 5, 3)), n0, n2)
         expected.append(f"SpecifyShapeError: {stock.value}")
     assert cold == "PROBE " + " | ".join(expected)
+
+
+def test_an_as_written_copys_inner_graph_gets_the_compact_check():
+    """A copy's inner graph (`as_written.lowering.inner_mode`) swaps its checks too (the
+    catalogue's LKJ and VAR models have a SpecifyShape inside a copy)."""
+    import ptnumba_codegen
+    from ptnumba_codegen.as_written.lowering import inner_mode
+
+    x, n = pt.dvector("x"), pt.lscalar("n")
+    fg = pytensor.graph.fg.FunctionGraph([x, n], [pt.exp(pt.specify_shape(x, (n,))) > 1.0], clone=True)
+    inner_mode(ptnumba_codegen.load_policy("default")).optimizer.rewrite(fg)
+    assert [type(nd.op) for nd in fg.apply_nodes if isinstance(nd.op, SpecifyShape)] == [CompactSpecifyShape]

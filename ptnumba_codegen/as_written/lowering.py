@@ -54,6 +54,8 @@ from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
 from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.runtime import python_callbacks
+from ptnumba_codegen.passes.compact_checks import POSITION as COMPACT_CHECKS_POSITION
+from ptnumba_codegen.passes.compact_checks import CompactChecks
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
 
 # The node types of an inner graph the generator compiles: elementwise kernels, and
@@ -79,6 +81,9 @@ INNER_REWRITES = {
     "on the same values (length-1 batch axes dropped and put back: moves only); the Blockwise "
     "loop would call the same core function once (a GP's Cholesky copy compiled numba's "
     "Blockwise loop besides the Cholesky the rest of the function has)",
+    "compact_checks": "a SpecifyShape becomes the same check compiled without numba's string "
+    "formatting (passes.compact_checks): it compares the same integers and raises the same text; "
+    "no value is computed",
     "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
     "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
     "settled, growing a structural-equation model's copy past 10 GB): the reference runs such an "
@@ -128,6 +133,7 @@ def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
             (dfs_rewriter(mark_pows), MERGE_POSITION + 0.03),
             (dfs_rewriter(local_useless_unbatched_blockwise), MERGE_POSITION + 0.04),
             (FusionOptimizer(), FUSION_POSITION),
+            (CompactChecks(), COMPACT_CHECKS_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
         )
     )

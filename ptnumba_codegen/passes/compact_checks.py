@@ -3,7 +3,8 @@
 `CompactChecks` (position 100.4, after every PyTensor rewrite, so none of them meets the
 subclass; before the policy pass) replaces each node whose op has an entry in
 `backend.checks.COMPACT` by the same node with the compact op: same inputs, same output
-type, same check, same message (see `backend.checks`).
+type, same check, same message (see `backend.checks`). An as-written copy's inner graph gets
+the same rewrite (`as_written.lowering.inner_mode`, `INNER_REWRITES`).
 """
 
 from __future__ import annotations
