@@ -9,9 +9,10 @@ have one.
 
 `CompactSpecifyShape` is the same op (a subclass: every ``isinstance`` check, the view, the
 shape inference and the gradient are SpecifyShape's) whose numba function compares the
-same integers and, on a mismatch, raises `SpecifyShapeError` with the three integers as its
-arguments; the exception formats the stock message in Python, so ``str(err)`` is the
-stock text and ``except AssertionError`` still catches it. `passes.compact_checks` puts it
+same integers and, on a mismatch, keeps the three integers in a record (`MISMATCH_SYMBOL`)
+and raises `SpecifyShapeError`, whose constructor reads them: the exception formats the
+stock message in Python, so ``str(err)`` is the stock text and ``except AssertionError``
+still catches it. `passes.compact_checks` puts it
 in the graph (figures: docs/benchmarks.md, "Shape checks compiled without string formatting").
 """
 
@@ -135,4 +136,4 @@ def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
     return numba_basic.numba_njit(fn), key.hexdigest()
 
 
-__all__ = ["COMPACT", "CompactSpecifyShape", "SpecifyShapeError", "compact_op"]
+__all__ = ["COMPACT", "MISMATCH_SYMBOL", "CompactSpecifyShape", "SpecifyShapeError", "compact_op", "record_mismatch"]
