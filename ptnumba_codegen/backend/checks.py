@@ -19,7 +19,6 @@ in the graph (figures: docs/benchmarks.md, "Shape checks compiled without string
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -32,7 +31,7 @@ from pytensor.link.utils import compile_function_src
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
-from ptnumba_codegen._version import GENERATOR_DIGEST
+from ptnumba_codegen.backend.dispatch import cache_key
 
 
 # The last mismatch a compact check found: (dim, actual, expected). The compiled check writes
@@ -119,8 +118,8 @@ def compact_op(op):
 
 @register_funcify_and_cache_key(CompactSpecifyShape)
 def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
-    """The numba function and its cache key (the package's source and the checked dims:
-    the function is generated from both)."""
+    """The numba function and its cache key (`dispatch.cache_key`: the package's source,
+    and the checked dims the function is generated from)."""
     names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
     checked = tuple(not isinstance(dim.type, NoneTypeT) for dim in node.inputs[1:])
     checks = [
@@ -132,8 +131,7 @@ def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
     ]
     src = f"def specify_shape(x, {', '.join(names)}):\n{''.join(checks)}    return x\n"
     fn = compile_function_src(src, "specify_shape", {"SpecifyShapeError": SpecifyShapeError, "record_mismatch": record_mismatch})
-    key = hashlib.sha256(repr(("ptnumba_codegen", "CompactSpecifyShape", GENERATOR_DIGEST, checked)).encode())
-    return numba_basic.numba_njit(fn), key.hexdigest()
+    return numba_basic.numba_njit(fn), cache_key("CompactSpecifyShape", checked)
 
 
 __all__ = ["COMPACT", "MISMATCH_SYMBOL", "CompactSpecifyShape", "SpecifyShapeError", "compact_op", "record_mismatch"]
