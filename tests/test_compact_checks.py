@@ -3,6 +3,8 @@
 Under the policy every ``SpecifyShape`` is a `CompactSpecifyShape`: the values are stock's,
 a mismatch raises an ``AssertionError`` whose text is the stock numba backend's, dimension
 by dimension, and its numba function compiles no string formatting (the cost it removes).
+Every ``Split`` is a `CompactSplit`: the same views, the same three checks in stock's order
+with stock's messages, no string formatting either.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import pytensor.tensor as pt
 import pytest
 from numba.core import types
 from pytensor.link.numba.dispatch.basic import numba_funcify
+from pytensor.graph.basic import Apply
+from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 
 from conftest import compile_fn
-from ptnumba_codegen.backend.checks import COMPACT, CompactSpecifyShape, SpecifyShapeError
+from ptnumba_codegen.backend.checks import COMPACT, CompactSpecifyShape, CompactSplit, SpecifyShapeError, SplitSizesError
 from ptnumba_codegen.passes.compact_checks import CompactChecks
 
 
@@ -90,7 +94,7 @@ def test_op_prints_and_pickles_as_specify_shape():
     assert str(op) == str(SpecifyShape()) == "SpecifyShape"
     back = pickle.loads(pickle.dumps(op))
     assert type(back) is CompactSpecifyShape and back == op and back != SpecifyShape()
-    assert set(COMPACT) == {SpecifyShape}
+    assert set(COMPACT) == {SpecifyShape, Split}
 
 
 def test_pass_keeps_types_and_counts():
@@ -123,6 +127,14 @@ for n0, n2 in ((4, 3), (2, 7)):
         fn(np.zeros((2, 5, 3)), n0, n2)
     except AssertionError as err:
         messages.append(f"{type(err).__name__}: {err}")
+from test_compact_checks import _split_graph, SPLIT_SUM_MISMATCHES
+with pytensor.config.change_flags(numba__cache=True):
+    split_fn = compile_fn(*_split_graph(), "policy_default")
+for sizes in SPLIT_SUM_MISMATCHES:
+    try:
+        split_fn(np.zeros((2, 7, 3)), np.array(sizes))
+    except ValueError as err:
+        messages.append(f"{type(err).__name__}: {err}")
 print("PROBE", " | ".join(messages))
 """
 
@@ -143,6 +155,11 @@ def test_a_process_loading_the_cached_check_gets_the_message(tmp_path, fns):
         with pytest.raises(AssertionError) as stock:
             fns["stock_strict"](np.zeros((2, 5, 3)), n0, n2)
         expected.append(f"SpecifyShapeError: {stock.value}")
+    split_fn = _split_fns()["stock_strict"]
+    for sizes in SPLIT_SUM_MISMATCHES:
+        with pytest.raises(ValueError) as stock:
+            split_fn(np.zeros((2, 7, 3)), np.array(sizes))
+        expected.append(f"SplitSizesError: {stock.value}")
     assert cold == "PROBE " + " | ".join(expected)
 
 
@@ -156,3 +173,88 @@ def test_an_as_written_copys_inner_graph_gets_the_compact_check():
     fg = pytensor.graph.fg.FunctionGraph([x, n], [pt.exp(pt.specify_shape(x, (n,))) > 1.0], clone=True)
     inner_mode(ptnumba_codegen.load_policy("default")).optimizer.rewrite(fg)
     assert [type(nd.op) for nd in fg.apply_nodes if isinstance(nd.op, SpecifyShape)] == [CompactSpecifyShape]
+
+
+def _split_graph():
+    """A 3-d input split in three along axis 1, each part read by an exact op, a 1-d split
+    in one (which PyTensor removes) and one in two by sizes computed in the graph."""
+    x, sizes = pt.tensor3("x"), pt.lvector("sizes")
+    a, b, c = pt.split(x, sizes, n_splits=3, axis=1)
+    whole = pt.split(x[0, 0], sizes[:1] * 0 + 3, n_splits=1, axis=0)  # one output: the variable
+    head = pt.stack([1, x.shape[2] - 1])
+    last = pt.split(x[0, 0], head, n_splits=2, axis=0)[1]  # 1-d, computed sizes
+    return [x, sizes], [a * 2.0, b - 1.0, c, whole + 0.5, last * 3.0]
+
+
+SPLIT_SUM_MISMATCHES = ((2, 2, 2), (0, 0, 9))
+
+
+@pytest.fixture(scope="module")
+def split_fns():
+    return _split_fns()
+
+
+def _split_fns():
+    # stock's function compiled in this process (not loaded from PyTensor's cache): loaded, its
+    # sum check raises "Error creating Python tuple from runtime exception arguments" instead
+    # of its message (numba's runtime exception arguments; see backend.checks)
+    return {
+        "stock_strict": compile_fn(*_split_graph(), "stock_strict", cache_key="compact_split", inspect_ir=True),
+        "policy_default": compile_fn(*_split_graph(), "policy_default", cache_key="compact_split"),
+    }
+
+
+def test_policy_graph_holds_only_compact_splits(split_fns):
+    splits = lambda fn: [type(n.op) for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Split)]  # noqa: E731
+    stock = splits(split_fns["stock_strict"])
+    assert stock and set(stock) == {Split}  # (PyTensor removes the one-way split)
+    assert splits(split_fns["policy_default"]) == [CompactSplit] * len(stock)
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 2), (0, 7, 0), (7, 0, 0), (0, 0, 7)])
+def test_split_views_equal_stock(split_fns, sizes):
+    x = np.random.default_rng(5).normal(size=(2, 7, 3))
+    ref = split_fns["stock_strict"](x, np.array(sizes))
+    got = split_fns["policy_default"](x, np.array(sizes))
+    assert [r.shape for r in ref] == [g.shape for g in got]
+    for r, g in zip(ref, got, strict=True):
+        np.testing.assert_array_equal(g, r)
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 2), (0, 0, 9), (2, -1, 6), (-1, -1, 9), (3, 4), (1, 2, 3, 1)])
+def test_split_errors_raise_the_stock_message(split_fns, sizes):
+    x = np.zeros((2, 7, 3))
+    with pytest.raises(ValueError) as stock:
+        split_fns["stock_strict"](x, np.array(sizes))
+    with pytest.raises(ValueError) as ours:
+        split_fns["policy_default"](x, np.array(sizes))
+    assert str(ours.value) == str(stock.value)
+    assert (type(ours.value) is SplitSizesError) == str(stock.value).startswith("Split sizes sum to")
+
+
+def test_compact_split_formats_no_string():
+    x, sizes = pt.matrix("x"), pt.lvector("sizes")
+    stock_node = pt.split(x, sizes, n_splits=2, axis=1)[0].owner
+    compact_node = CompactSplit(2, 1).make_node(*stock_node.inputs)
+    sig = (types.Array(types.float64, 2, "C"), types.Array(types.int64, 1, "C"))
+    irs = []
+    for node in (stock_node, compact_node):
+        fn = numba_funcify(node.op, node=node)
+        fn.compile(sig)
+        irs.append(fn.inspect_llvm(sig))
+    assert "unicode" in irs[0] and "unicode" not in irs[1]
+
+
+def test_pass_keeps_the_nodes_own_output_types():
+    """A split whose outputs carry static shapes make_node does not infer (stochastic
+    volatility's gradient has one) is swapped with its own output types."""
+    x, sizes = pt.vector("x"), pt.lvector("sizes")
+    op = Split(2, 0)
+    node = Apply(op, [x, sizes], [pt.vector(shape=(1,)), pt.vector(shape=(None,))])
+    assert [o.type for o in op.make_node(x, sizes).outputs] != [o.type for o in node.outputs]
+    fg = pytensor.graph.fg.FunctionGraph([x, sizes], [node.outputs[0] * 2.0, node.outputs[1] + 1.0], clone=True)
+    assert CompactChecks().apply(fg) == 1
+    [swapped] = [n for n in fg.apply_nodes if isinstance(n.op, Split)]
+    assert type(swapped.op) is CompactSplit
+    assert [o.type.shape for o in swapped.outputs] == [(1,), (None,)]
+    assert str(swapped.op) == str(op)

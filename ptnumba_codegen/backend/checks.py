@@ -1,19 +1,25 @@
-"""Runtime checks whose stock numba function costs more to compile than it does.
+"""Ops whose stock numba function checks its input with a formatted message, compiled so
+that the check costs less to compile than it does.
 
 PyTensor's numba ``SpecifyShape`` asserts each dimension with an f-string message
-(``f'SpecifyShape: dim {i} of input has shape {x.shape[i]}, expected {s.item()}.'``).
-Typing and compiling it pulls numba's integer-to-string and unicode machinery into the
-process: about 1 s the first time in every process that compiles one (a cold compile; a
-warm one loads the function from PyTensor's cache). 18 of the catalogue's 25 core models
-have one.
+(``f'SpecifyShape: dim {i} of input has shape {x.shape[i]}, expected {s.item()}.'``), and
+``Split`` raises ``f"Split sizes sum to {...}; expected {...}"``. Typing and compiling either
+pulls numba's integer-to-string and unicode machinery into the process: about 1 s the first
+time in every process that compiles one (a cold compile; a warm one loads the function from
+PyTensor's cache). 18 of the catalogue's 25 core models have a ``SpecifyShape``; ``Split``
+comes with the gradient of a ``Join`` (time series, state-space models).
 
 `CompactSpecifyShape` is the same op (a subclass: every ``isinstance`` check, the view, the
 shape inference and the gradient are SpecifyShape's) whose numba function compares the
 same integers and, on a mismatch, keeps the three integers in a record (`MISMATCH_SYMBOL`)
 and raises `SpecifyShapeError`, whose constructor reads them: the exception formats the
 stock message in Python, so ``str(err)`` is the stock text and ``except AssertionError``
-still catches it. `passes.compact_checks` puts it
-in the graph (figures: docs/benchmarks.md, "Shape checks compiled without string formatting").
+still catches it. `CompactSplit` is ``Split`` the same way: the same checks in the same order
+with the same messages (`SplitSizesError`, a ``ValueError``, for the sum), and the same views,
+sliced in generated source rather than through ``np.cumsum`` and ``np.split`` (two more numba
+overloads a cold process compiles). `passes.compact_checks` puts both in the graph (figures:
+docs/benchmarks.md, "Shape checks compiled without string formatting", "Split compiled
+without string formatting").
 """
 
 from __future__ import annotations
@@ -28,13 +34,15 @@ from numba.extending import intrinsic, overload
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
+from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
 from ptnumba_codegen.backend.dispatch import cache_key
 
 
-# The last mismatch a compact check found: (dim, actual, expected). The compiled check writes
+# The last mismatch a compact check found: (dim, actual, expected); dim is `SPLIT_SUM` for a
+# split whose sizes do not sum to its axis' length. The compiled check writes
 # it right before it raises; `SpecifyShapeError` reads it when numba's wrapper creates the
 # exception, in the same call under the GIL. (numba's runtime exception arguments would carry
 # the integers themselves, but a function loaded from PyTensor's numba cache fails to box
@@ -44,6 +52,7 @@ from ptnumba_codegen.backend.dispatch import cache_key
 MISMATCH_SYMBOL = "ptnumba_codegen_shape_mismatch"
 _MISMATCH = (ctypes.c_int64 * 3)()
 llvm.add_symbol(MISMATCH_SYMBOL, ctypes.addressof(_MISMATCH))
+SPLIT_SUM = -1  # the record's first field for `SplitSizesError` (a SpecifyShape's dim is >= 0)
 
 
 def record_mismatch(dim, actual, expected):
@@ -89,6 +98,21 @@ class SpecifyShapeError(AssertionError):
         return super().__str__()
 
 
+class SplitSizesError(ValueError):
+    """A split's sizes do not sum to the length of its axis; ``args`` are ``(total,
+    expected)``, ``str()`` the message of PyTensor's numba backend."""
+
+    def __init__(self, *args):
+        if not args and _MISMATCH[0] == SPLIT_SUM:  # raised by a compiled split: its record
+            args = (_MISMATCH[1], _MISMATCH[2])
+        super().__init__(*args)
+
+    def __str__(self):
+        if len(self.args) == 2:
+            return "Split sizes sum to %d; expected %d" % self.args
+        return super().__str__()
+
+
 class CompactSpecifyShape(SpecifyShape):
     """``SpecifyShape`` whose numba function raises `SpecifyShapeError` (no string formatting)."""
 
@@ -100,6 +124,14 @@ class CompactSpecifyShape(SpecifyShape):
 CompactSpecifyShape.__name__ = "SpecifyShape"
 
 
+class CompactSplit(Split):
+    """``Split`` whose numba function slices the views itself and raises `SplitSizesError`
+    (no string formatting, no ``np.cumsum``/``np.split``)."""
+
+
+CompactSplit.__name__ = "Split"
+
+
 # stock op class (looked up by exact type) -> (its compact subclass, why the stock numba
 # function costs more to compile than the compact one)
 COMPACT = {
@@ -107,13 +139,18 @@ COMPACT = {
         CompactSpecifyShape,
         "its assert formats an f-string: numba compiles int-to-str and unicode concatenation (~1 s a process)",
     ),
+    Split: (
+        CompactSplit,
+        "its sum check formats an f-string (int-to-str, unicode concatenation: ~1 s a process), "
+        "and it slices through np.cumsum and np.split (two more overloads to compile)",
+    ),
 }
 
 
 def compact_op(op):
-    """The compact version of a stock check op (`COMPACT`), or None."""
+    """The compact version of a stock check op (`COMPACT`), with the same props, or None."""
     entry = COMPACT.get(type(op))
-    return None if entry is None else entry[0]()
+    return None if entry is None else entry[0](**{name: getattr(op, name) for name in op.__props__})
 
 
 @register_funcify_and_cache_key(CompactSpecifyShape)
@@ -134,4 +171,41 @@ def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
     return numba_basic.numba_njit(fn), cache_key("CompactSpecifyShape", checked)
 
 
-__all__ = ["COMPACT", "MISMATCH_SYMBOL", "CompactSpecifyShape", "SpecifyShapeError", "compact_op", "record_mismatch"]
+@register_funcify_and_cache_key(CompactSplit)
+def numba_funcify_CompactSplit(op, node, **kwargs):
+    """Stock's ``split(x, sizes)`` (the checks in its order, the views ``np.split`` returns:
+    ``x[full slices, start:stop on the axis]``, typed alike) and its cache key."""
+    n, axis, ndim = op.len_splits, op.axis, node.inputs[0].type.ndim
+
+    def view(start, stop):
+        return "x[" + ", ".join(f"{start}:{stop}" if k == axis else ":" for k in range(ndim)) + "]"
+
+    lines = [
+        "def split(x, sizes):",
+        f"    if len(sizes) != {n}:",
+        '        raise ValueError("Length of splits is not equal to n_splits")',
+        f"    for k in range({n}):",
+        "        if sizes[k] < 0:",
+        '            raise ValueError("Split sizes cannot be negative")',
+        "    s0 = 0",
+        *(f"    s{k + 1} = s{k} + sizes[{k}]" for k in range(n)),
+        f"    if s{n} != x.shape[{axis}]:",
+        f"        record_mismatch({SPLIT_SUM}, s{n}, x.shape[{axis}])",
+        "        raise SplitSizesError()",
+        f"    return ({''.join(view(f's{k}', f's{k + 1}') + ', ' for k in range(n))})",
+    ]
+    fn = compile_function_src("\n".join(lines) + "\n", "split", {"SplitSizesError": SplitSizesError, "record_mismatch": record_mismatch})
+    return numba_basic.numba_njit(fn), cache_key("CompactSplit", n, axis, ndim)
+
+
+__all__ = [
+    "COMPACT",
+    "MISMATCH_SYMBOL",
+    "SPLIT_SUM",
+    "CompactSpecifyShape",
+    "CompactSplit",
+    "SpecifyShapeError",
+    "SplitSizesError",
+    "compact_op",
+    "record_mismatch",
+]

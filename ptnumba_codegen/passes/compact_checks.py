@@ -2,13 +2,15 @@
 
 `CompactChecks` (position 100.4, after every PyTensor rewrite, so none of them meets the
 subclass; before the policy pass) replaces each node whose op has an entry in
-`backend.checks.COMPACT` by the same node with the compact op: same inputs, same output
-type, same check, same message (see `backend.checks`). An as-written copy's inner graph gets
+`backend.checks.COMPACT` (``SpecifyShape``, ``Split``) by the same node with the compact op:
+same inputs, same output types, same checks, same messages, same values (see
+`backend.checks`). An as-written copy's inner graph gets
 the same rewrite (`as_written.lowering.inner_mode`, `INNER_REWRITES`).
 """
 
 from __future__ import annotations
 
+from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 from ptnumba_codegen.backend.checks import COMPACT, compact_op
@@ -24,10 +26,10 @@ class CompactChecks(GraphRewriter):
     def apply(self, fgraph):
         swapped = 0
         for node in [n for n in fgraph.toposort() if type(n.op) in COMPACT]:
-            new = compact_op(node.op).make_node(*node.inputs)
-            if new.outputs[0].type != node.outputs[0].type:
-                continue  # make_node may know a static shape the node does not; keep it as it is
-            fgraph.replace(node.outputs[0], new.outputs[0], reason=NAME, import_missing=True)
+            # The node's own output types, not make_node's: rewrites may have given them static
+            # shapes make_node does not infer, or make_node may infer one the node does not have.
+            new = Apply(compact_op(node.op), list(node.inputs), [o.type() for o in node.outputs])
+            fgraph.replace_all(list(zip(node.outputs, new.outputs, strict=True)), reason=NAME, import_missing=True)
             swapped += 1
         STATS["swapped"] += swapped
         return swapped
