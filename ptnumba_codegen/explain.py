@@ -202,7 +202,10 @@ def explain_node(node) -> list[str]:
                     f"accumulator flags {_fmt_flags(red.flags)}"
                 )
     if plan.body.stock_keys:
-        lines.append("    (instructions of kind 'stock' call the stock backend's function for that op)")
+        lines.append(
+            "    (instructions of kind 'stock' call the stock backend's function for that op; of kind "
+            "'cython', the C function of scipy's that the stock function calls, by symbol)"
+        )
     return lines
 
 

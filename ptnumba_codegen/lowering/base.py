@@ -29,7 +29,7 @@ class Emitter:
     without_lanes: Emitter | None = None  # the same bits without lane calls
     pays_alone: bool = False  # its lane calls run as exact vector code
     scalar_form: Emitter | None = None  # scalar libm, for loops that cannot vectorize
-    stock_key: tuple | None = None  # (cache key, fastmath) of the stock function it calls
+    stock_key: tuple | None = None  # (cache key, fastmath) of the stock function it calls (or of the C function the stock one calls: rules.cython_call)
     inner_stock_keys: tuple = ()  # stock functions called by an inner body (ScalarLoop)
     opaque_call: bool = False  # it calls a function LLVM's loop vectorizer cannot widen (libm's lgamma, by name)
 

@@ -14,6 +14,8 @@ Rule kinds:
 * `python` – a small Python function (stock's own formula, ``formulas``), compiled as a
   numba subroutine with exactly the node's flags, which LLVM then inlines;
 * `vector_form` – a branch-free formula on libmvec calls, when the policy allows;
+* `cython` – scipy's cython function of a ``scipy.special`` op (the one the stock backend
+  calls, with its casts), called by a symbol bound in the process (``cython_calls``);
 * `stock_call` – the stock backend's own numba function for that op, called from our loop.
 
 Adding an op is one row in `RULES` (or nothing at all if its ``nfunc_spec`` names a numpy
@@ -41,6 +43,7 @@ from pytensor.scalar.loop import ScalarLoop
 
 from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
+from ptnumba_codegen.lowering.cython_calls import cython_function, plan_cython_call
 from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.lowering.formulas import (
     _floor_divide_float,
@@ -375,6 +378,14 @@ def _stock_plan(t: Typed) -> Emitter:
 _stock = Rule(_stock_plan, "stock")
 
 
+def _cython_plan(t: Typed) -> Emitter:
+    """scipy's cython function for the instruction's op (see `cython_call`)."""
+    return cython_call(t.op)(t)
+
+
+_cython = Rule(_cython_plan, "cython")
+
+
 def _scalar_loop(t: Typed) -> Emitter:
     """A ScalarLoop, emitted inline; its inner graph is planned like a kernel body (see
     `scalar_loop`, imported here when used: it plans its body with `body`, which uses this table)."""
@@ -470,8 +481,8 @@ RULES: dict[type, Rule] = {
         vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], log1mexp_formula)
     ),
     psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, lgamma_formula, int_inputs=True),
-    psm.Psi: vector_form(_stock, ("digamma",), None, digamma_formula, int_inputs=True),
-    psm.TriGamma: vector_form(_stock, ("trigamma",), None, trigamma_formula, int_inputs=True),
+    psm.Psi: vector_form(_cython, ("digamma",), None, digamma_formula, int_inputs=True),
+    psm.TriGamma: vector_form(_cython, ("trigamma",), None, trigamma_formula, int_inputs=True),
     psm.Erf: vector_form(python(_erf), ("erf",), None, erf_formula),
     psm.Erfc: vector_form(python(_erfc), ("erfc",), None, erfc_formula),
     ScalarLoop: Rule(_scalar_loop, "scalar_loop", multi_output=True),
@@ -560,9 +571,37 @@ def stock_call(op):
     return Rule(plan, "stock")
 
 
+def cython_call(op):
+    """Call scipy's cython function for this ``scipy.special`` op by symbol, with the stock
+    backend's casts (`cython_calls`): the stock function's bits without its object-mode
+    address lookup. The stock call (`stock_call`) where scipy has no cython function for
+    the op or for the instruction's dtypes."""
+    func = cython_function(op)
+
+    def plan(t: Typed) -> Emitter:
+        if func is None:
+            return stock_call(op)(t)
+        from pytensor.scalar.basic import ScalarType
+
+        # the C function PyTensor picks for the node stock compiles (its output dtype is the
+        # op's, which the instruction's may differ from: the result is cast, as stock's is)
+        node = op.make_node(*[ScalarType(str(ty))() for ty in t.inputs])
+        try:
+            emit, (module_name, capi_name) = plan_cython_call(t, func, node.outputs[0].type.dtype)
+        except Unsupported:
+            return stock_call(op)(t)
+        # A stock key like the stock call's: every decision that reads it (the loop kept
+        # scalar, never split across threads, lanes dropped, the kernel's cache key) is the
+        # one the stock call made; only the call is direct.
+        return Emitter(emit, stock_key=(f"cython:{module_name}.{capi_name}", False))
+
+    return Rule(plan, "cython")
+
+
 def find_rule(op) -> Rule:
-    """The rule for ``op``: a RULES row (by class MRO), its numpy ``nfunc_spec`` ufunc, or
-    a call of the stock backend's function for it."""
+    """The rule for ``op``: a RULES row (by class MRO), its numpy ``nfunc_spec`` ufunc,
+    scipy's cython function of a ``scipy.special`` op, or a call of the stock backend's
+    function for it."""
     rule = mro_lookup(RULES, op)
     if rule is not None:
         return rule
@@ -571,6 +610,8 @@ def find_rule(op) -> Rule:
         np_func = getattr(np, spec[0], None)
         if isinstance(np_func, np.ufunc) and np_func in ufunc_db.get_ufuncs():
             return ufunc(np_func)
+    if cython_function(op) is not None:
+        return cython_call(op)
     return stock_call(op)
 
 
