@@ -17,7 +17,7 @@ stock message in Python, so ``str(err)`` is the stock text and ``except Assertio
 still catches it. `CompactSplit` is ``Split`` the same way: the same checks in the same order
 with the same messages (`SplitSizesError`, a ``ValueError``, for the sum), and the same views,
 sliced in generated source rather than through ``np.cumsum`` and ``np.split`` (two more numba
-overloads a cold process compiles). `passes.compact_checks` puts both in the graph (figures:
+overloads a cold process compiles). `backend.compact` lists both, `passes.compact_checks` puts them in the graph (figures:
 docs/benchmarks.md, "Shape checks compiled without string formatting", "Split compiled
 without string formatting").
 """
@@ -132,27 +132,6 @@ class CompactSplit(Split):
 CompactSplit.__name__ = "Split"
 
 
-# stock op class (looked up by exact type) -> (its compact subclass, why the stock numba
-# function costs more to compile than the compact one)
-COMPACT = {
-    SpecifyShape: (
-        CompactSpecifyShape,
-        "its assert formats an f-string: numba compiles int-to-str and unicode concatenation (~1 s a process)",
-    ),
-    Split: (
-        CompactSplit,
-        "its sum check formats an f-string (int-to-str, unicode concatenation: ~1 s a process), "
-        "and it slices through np.cumsum and np.split (two more overloads to compile)",
-    ),
-}
-
-
-def compact_op(op):
-    """The compact version of a stock check op (`COMPACT`), with the same props, or None."""
-    entry = COMPACT.get(type(op))
-    return None if entry is None else entry[0](**{name: getattr(op, name) for name in op.__props__})
-
-
 @register_funcify_and_cache_key(CompactSpecifyShape)
 def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
     """The numba function and its cache key (`dispatch.cache_key`: the package's source,
@@ -199,13 +178,11 @@ def numba_funcify_CompactSplit(op, node, **kwargs):
 
 
 __all__ = [
-    "COMPACT",
     "MISMATCH_SYMBOL",
     "SPLIT_SUM",
     "CompactSpecifyShape",
     "CompactSplit",
     "SpecifyShapeError",
     "SplitSizesError",
-    "compact_op",
     "record_mismatch",
 ]

@@ -2,9 +2,9 @@
 
 `CompactChecks` (position 100.4, after every PyTensor rewrite, so none of them meets the
 subclass; before the policy pass) replaces each node whose op has an entry in
-`backend.checks.COMPACT` (``SpecifyShape``, ``Split``) by the same node with the compact op:
-same inputs, same output types, same checks, same messages, same values (see
-`backend.checks`). An as-written copy's inner graph gets
+`backend.compact.COMPACT` (``SpecifyShape``, ``Split``, ``Dot``) by the same node with the
+compact op: same inputs, same output types, same checks, same messages, same values (see
+`backend.checks`, `backend.compact_dot`). An as-written copy's inner graph gets
 the same rewrite (`as_written.lowering.inner_mode`, `INNER_REWRITES`).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from ptnumba_codegen.backend.checks import COMPACT, compact_op
+from ptnumba_codegen.backend.compact import COMPACT, compact_op
 
 NAME = "policy_compact_checks"
 POSITION = 100.4  # after fuse_indexed_into_elemwise and merge3 (100), before the policy pass (100.5)
@@ -21,14 +21,17 @@ STATS = {"swapped": 0}  # nodes swapped in this process (benchmarks read it)
 
 
 class CompactChecks(GraphRewriter):
-    """Puts the compact op (`COMPACT`) in place of each stock check op."""
+    """Puts the compact op (`COMPACT`) in place of each stock op that has one."""
 
     def apply(self, fgraph):
         swapped = 0
         for node in [n for n in fgraph.toposort() if type(n.op) in COMPACT]:
+            op = compact_op(node)
+            if op is None:
+                continue
             # The node's own output types, not make_node's: rewrites may have given them static
             # shapes make_node does not infer, or make_node may infer one the node does not have.
-            new = Apply(compact_op(node.op), list(node.inputs), [o.type() for o in node.outputs])
+            new = Apply(op, list(node.inputs), [o.type() for o in node.outputs])
             fgraph.replace_all(list(zip(node.outputs, new.outputs, strict=True)), reason=NAME, import_missing=True)
             swapped += 1
         STATS["swapped"] += swapped

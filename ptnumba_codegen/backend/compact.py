@@ -1,0 +1,61 @@
+"""Stock ops swapped for compact versions: the same op, a numba function that compiles in a
+fraction of the time (`passes.compact_checks` swaps them, after every PyTensor rewrite).
+
+Each row names the stock op class (looked up by exact type), its compact subclass, why the
+stock numba function costs more to compile, and, where the compact function does not cover
+every node of the class, which nodes it takes (``why_not``: None for a node it takes, else
+the reason the node keeps the stock op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pytensor.tensor.basic import Split
+from pytensor.tensor.math import Dot
+from pytensor.tensor.shape import SpecifyShape
+
+from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
+from ptnumba_codegen.backend.compact_dot import CompactDot, why_not_compact
+
+
+@dataclass(frozen=True)
+class Compact:
+    """One row of `COMPACT`."""
+
+    op_class: type
+    reason: str
+    why_not: Callable | None = None  # node -> None (compact) or why it keeps the stock op
+
+
+COMPACT = {
+    SpecifyShape: Compact(
+        CompactSpecifyShape,
+        "its assert formats an f-string: numba compiles int-to-str and unicode concatenation (~1 s a process)",
+    ),
+    Split: Compact(
+        CompactSplit,
+        "its sum check formats an f-string (int-to-str, unicode concatenation: ~1 s a process), "
+        "and it slices through np.cumsum and np.split (two more overloads to compile)",
+    ),
+    Dot: Compact(
+        CompactDot,
+        "_gemm's overload covers every layout in one function: 1.2-2.5 s per pair of input layouts; "
+        "the compact one makes the same BLAS call for the operands models pass, and compiles stock's "
+        "for the others when a call first needs it (backend.compact_dot.FAST_CASES)",
+        why_not_compact,
+    ),
+}
+
+
+def compact_op(node):
+    """The compact version of ``node``'s op (`COMPACT`), with the same props, or None where
+    there is none or its row leaves the node to the stock op."""
+    row = COMPACT.get(type(node.op))
+    if row is None or (row.why_not is not None and row.why_not(node) is not None):
+        return None
+    return row.op_class(**{name: getattr(node.op, name) for name in node.op.__props__})
+
+
+__all__ = ["COMPACT", "Compact", "compact_op"]

@@ -1,0 +1,409 @@
+"""``Dot`` compiled as the BLAS calls stock makes, without compiling stock's general product.
+
+PyTensor's numba ``Dot`` calls ``_gemm(x, y, out)``, whose overload handles every layout:
+reversed axes, operands BLAS cannot read in place (copied), matrix-vector products through
+gemv with signed increments, outputs without a unit stride. Typing and compiling it is
+1.2-2.5 s per pair of input layouts in a cold process (frailty_coxph: two pairs, 3.9 s of
+its compile), the largest single stock node in the catalogue's models with a design matrix.
+
+`CompactDot` is the same op (a subclass: shape inference, gradient, printing are Dot's)
+whose numba function makes, for the operands a model passes, the very BLAS call stock's
+``_gemm`` makes (same routine, same transpose flags, sizes, leading dimensions and
+increments, called by a symbol bound to the same scipy BLAS function), in a function that
+compiles in a fraction of the time. `FAST_CASES` lists what it covers and why stock makes
+the same call there. Every other call (a reversed axis, an operand BLAS cannot read in
+place, a dimension of 1 on the contracted or both outer axes) runs stock's own function,
+compiled for the node's numba types when a call first needs it (through
+`runtime.python_callbacks`): the same bits everywhere, and the same errors.
+
+It is applied only where stock's implementation is the one replicated (`REPLICATED`, the
+digest of the stock functions' source): another PyTensor version keeps the stock Dot.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.imputils import impl_ret_borrowed
+from numba.extending import intrinsic, overload
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
+from pytensor.link.utils import compile_function_src
+from pytensor.tensor.math import Dot
+
+from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.runtime import python_callbacks
+from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
+
+BLAS_MODULE = "scipy.linalg.cython_blas"
+# dtype -> (gemm, gemv) of scipy's BLAS, the functions stock's `_BLAS` looks up
+ROUTINES = {"float64": ("dgemm", "dgemv"), "float32": ("sgemm", "sgemv")}
+
+# The digest of the stock source this module replicates -> the PyTensor version it is from.
+# (`stock_digest`: `_gemm_impl`, the operand and stride helpers it calls, `numba_funcify_Dot`.)
+REPLICATED = {"17b9d6895be76a77": "pytensor 3.3.8"}
+
+# The calls the compact function makes itself, and why stock's `_gemm` makes the same call
+# there: for a C/F-typed operand it reads the typed layout (`_blas_operand_impl`), for an
+# 'A'-typed one it asks `_blas_operand_generic`, which for a C- or F-contiguous operand with
+# both dimensions >= 2 gives the same (transpose, leading dimension); `out` is a fresh
+# C-contiguous array, which both paths write as a row-major C (operands swapped). No axis
+# is reversed (a negative stride on a dimension > 1 goes to the slow path), so stock's
+# stride normalization changes nothing. Sizes are M = x rows, K = contracted, N = y columns.
+FAST_CASES = {
+    "empty": "M == 0 or N == 0: stock returns the fresh output as it is",
+    "zero contraction": "K == 0: stock writes zeros (C[:] = 0) and returns",
+    "gemm": "M, N, K >= 2, each operand readable in place (a unit stride and a leading "
+    "dimension): gemm(not y_trans, not x_trans, N, M, K, 1, y, ldy, x, ldx, 0, out, N)",
+    "gemv, column": "N == 1, M, K >= 2, x readable in place, y's stride along K a positive "
+    "multiple of the item size: gemv(x_trans, rows, cols, 1, x, ldx, y, incy, 0, out, 1)",
+    "gemv, row": "M == 1, N, K >= 2, y readable in place, x's stride along K a positive "
+    "multiple of the item size: gemv(not y_trans, rows, cols, 1, y, ldy, x, incx, 0, out, 1)",
+}
+
+LAYOUTS = "CFA"  # numba's array layouts, by the code `layout_code` gives them
+SLOW_PATH_FAILED = "ptnumba_codegen: stock's Dot (the slow path of a compact Dot) raised; see the ptnumba_codegen log"
+
+
+@functools.cache
+def stock_digest() -> str:
+    """The digest of the installed PyTensor's numba ``Dot`` implementation."""
+    from pytensor.link.numba.dispatch import elemwise
+    from pytensor.link.numba.dispatch.linalg import products as p
+
+    parts = [
+        p._gemm_impl,
+        p._blas_operand_generic,
+        p._blas_operand_impl,
+        p._normalize_gemm_strides,
+        p._leading_dim.py_func,
+        p._column_major_ld.py_func,
+        p._row_major_ld.py_func,
+        p._is_reversed.py_func,
+        elemwise.numba_funcify_Dot,
+    ]
+    return hashlib.sha256("".join(inspect.getsource(f) for f in parts).encode()).hexdigest()[:16]
+
+
+def why_not_compact(node) -> str | None:
+    """Why ``node`` (a Dot) keeps the stock function, or None if `CompactDot` applies."""
+    try:
+        digest = stock_digest()
+    except (ImportError, AttributeError, OSError, TypeError) as err:
+        return f"stock's Dot is not the replicated one ({type(err).__name__}: {err})"
+    if digest not in REPLICATED:
+        return f"stock's Dot source has digest {digest}, not one of {sorted(REPLICATED)}"
+    dtypes = {v.type.dtype for v in (*node.inputs, *node.outputs)}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in ROUTINES:
+        return f"dtypes {sorted(dtypes)}: the compact Dot takes one of {sorted(ROUTINES)} for inputs and output"
+    return None
+
+
+class CompactDot(Dot):
+    """``Dot`` whose numba function makes stock's BLAS call itself where `FAST_CASES` says."""
+
+
+CompactDot.__name__ = "Dot"
+
+
+@intrinsic
+def layout_code(typingctx, a):
+    """The index in `LAYOUTS` of ``a``'s numba layout, as an int64 value (a literal argument
+    would compile the shared product once per code)."""
+    if not isinstance(a, types.Array):
+        return None
+    code = LAYOUTS.index(a.layout)
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.int64, code)
+
+    return types.int64(a), codegen
+
+
+def _fortran_args(context, builder, values):
+    """Each value stored in a stack slot of its own: BLAS takes every argument by pointer."""
+    return [cgutils.alloca_once_value(builder, v) for v in values]
+
+
+def _char(builder, transpose):
+    """BLAS's transpose flag: a pointer to 'T' or 'N' (stock stores ``ord(c)`` in an int32)."""
+    return builder.select(transpose, ir.Constant(ir.IntType(32), ord("T")), ir.Constant(ir.IntType(32), ord("N")))
+
+
+def _i32(context, builder, value, ty):
+    return context.cast(builder, value, ty, types.int32)
+
+
+def _data(context, builder, array, ty):
+    return context.make_array(ty)(context, builder, array).data
+
+
+def _blas_call(builder, routine: str, dtype, values):
+    """Call scipy's BLAS ``routine`` by its symbol with every value by pointer."""
+    symbol = symbol_name(BLAS_MODULE, routine)
+    fnty = ir.FunctionType(ir.VoidType(), [v.type for v in values])
+    callee = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+    builder.call(callee, values)
+
+
+@intrinsic
+def blas_gemm(typingctx, ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
+    """gemm(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) on the arrays' data."""
+    dtype = c.dtype
+    routine = ROUTINES[str(dtype)][0]
+
+    def codegen(context, builder, sig, args):
+        ta_, tb_, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
+        sizes = [_i32(context, builder, v, t) for v, t in zip((m_, n_, k_), sig.args[2:5], strict=True)]
+        fty = context.get_value_type(dtype)
+        values = _fortran_args(
+            context,
+            builder,
+            [
+                _char(builder, ta_),
+                _char(builder, tb_),
+                *sizes,
+                ir.Constant(fty, 1.0),
+            ],
+        )
+        values += [builder.bitcast(_data(context, builder, a_, sig.args[5]), fty.as_pointer())]
+        values += _fortran_args(context, builder, [_i32(context, builder, lda_, sig.args[6])])
+        values += [builder.bitcast(_data(context, builder, b_, sig.args[7]), fty.as_pointer())]
+        values += _fortran_args(context, builder, [_i32(context, builder, ldb_, sig.args[8]), ir.Constant(fty, 0.0)])
+        values += [builder.bitcast(_data(context, builder, c_, sig.args[9]), fty.as_pointer())]
+        values += _fortran_args(context, builder, [_i32(context, builder, ldc_, sig.args[10])])
+        _blas_call(builder, routine, dtype, values)
+        return context.get_dummy_value()
+
+    return types.none(ta, tb, m, n, k, a, lda, b, ldb, c, ldc), codegen
+
+
+@intrinsic
+def blas_gemv(typingctx, trans, rows, cols, a, lda, x, incx, y, incy):
+    """gemv(trans, rows, cols, 1, a, lda, x, incx, 0, y, incy) on the arrays' data."""
+    dtype = y.dtype
+    routine = ROUTINES[str(dtype)][1]
+
+    def codegen(context, builder, sig, args):
+        trans_, rows_, cols_, a_, lda_, x_, incx_, y_, incy_ = args
+        fty = context.get_value_type(dtype)
+        values = _fortran_args(
+            context,
+            builder,
+            [
+                _char(builder, trans_),
+                _i32(context, builder, rows_, sig.args[1]),
+                _i32(context, builder, cols_, sig.args[2]),
+                ir.Constant(fty, 1.0),
+            ],
+        )
+        values += [builder.bitcast(_data(context, builder, a_, sig.args[3]), fty.as_pointer())]
+        values += _fortran_args(context, builder, [_i32(context, builder, lda_, sig.args[4])])
+        values += [builder.bitcast(_data(context, builder, x_, sig.args[5]), fty.as_pointer())]
+        values += _fortran_args(context, builder, [_i32(context, builder, incx_, sig.args[6]), ir.Constant(fty, 0.0)])
+        values += [builder.bitcast(_data(context, builder, y_, sig.args[7]), fty.as_pointer())]
+        values += _fortran_args(context, builder, [_i32(context, builder, incy_, sig.args[8])])
+        _blas_call(builder, routine, dtype, values)
+        return context.get_dummy_value()
+
+    return types.none(trans, rows, cols, a, lda, x, incx, y, incy), codegen
+
+
+def _stock_dot(dtype: str):
+    """Stock's numba function for a Dot of ``dtype`` matrices (`numba_funcify_Dot`)."""
+    import pytensor.tensor as pt
+
+    x, y = pt.matrix(dtype=dtype), pt.matrix(dtype=dtype)
+    node = Dot()(x, y).owner
+    fn, _key = numba_funcify_and_cache_key.dispatch(Dot)(node.op, node)
+    return fn
+
+
+class SlowPath:
+    """Stock's Dot for the layouts the compiled caller has: each pair compiled at its first
+    call, with the node's numba types (stock chooses its code by layout), inputs read-only
+    (`python_callbacks` views the caller's buffers)."""
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self.compiled: dict[tuple[int, int], object] = {}
+
+    def __call__(self, x, y, x_layout, y_layout):
+        key = (int(x_layout), int(y_layout))
+        fn = self.compiled.get(key)
+        if fn is None:
+            stock = _stock_dot(self.dtype)
+            nb = numba.from_dtype(np.dtype(self.dtype))
+            sig = tuple(types.Array(nb, 2, LAYOUTS[code], readonly=True) for code in key)
+            src = "def stock_dot(x, y):\n    return stock(x, y)\n"
+            dispatcher = numba.njit(compile_function_src(src, "stock_dot", {"stock": stock}))
+            dispatcher.compile(sig)
+            # the compiled signature's own entry point: an array of shape (1, n) is C- and
+            # F-contiguous, and numba's dispatcher would type it 'C' whatever the caller had
+            fn = self.compiled[key] = dispatcher.overloads[sig].entry_point
+        return fn(x, y)
+
+
+def slow_path_symbol(dtype: str) -> str:
+    """The symbol of stock's Dot for ``dtype`` (bound by `numba_funcify_CompactDot`)."""
+    return python_callbacks.symbol_for(("CompactDot slow path", dtype))
+
+
+def _bind_slow_path(dtype: str) -> str:
+    symbol = slow_path_symbol(dtype)
+    slot = python_callbacks.Slot(dtype, 2)
+    code = python_callbacks.Slot("int64", None)
+    python_callbacks.register(symbol, SlowPath(dtype), (slot, slot, code, code, slot), 1)
+    return symbol
+
+
+def _product_source(dtype: str, zero_y_first: bool, slow_symbol: str) -> str:
+    """The product for x and y typed 'A' (every node of a dtype shares it: compiled once
+    per process), and the numba layouts stock's function would have seen."""
+    item = np.dtype(dtype).itemsize
+    zero = "                fill_zero(out)\n" if zero_y_first else ""
+    return f"""\
+def product(x, y, x_layout, y_layout):
+    M = x.shape[0]
+    K = x.shape[1]
+    N = y.shape[1]
+    out = np.empty((M, N), dtype=dt)
+    if y.shape[0] != K:
+        raise ValueError("gemm: operands have mismatched contraction dimensions")
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        fill_zero(out)
+        return out
+    # stock's `_is_reversed` on each axis of x and y (its stride normalization)
+    if not ((M > 1 and x.strides[0] < 0) or (K > 1 and x.strides[1] < 0) or (K > 1 and y.strides[0] < 0) or (N > 1 and y.strides[1] < 0)):
+        if M >= 2 and N >= 2 and K >= 2:
+            x_trans, ldx = blas_operand(x)
+            y_trans, ldy = blas_operand(y)
+            if ldx != 0 and ldy != 0:
+                blas_gemm(not y_trans, not x_trans, N, M, K, y, ldy, x, ldx, out, N)
+                return out
+        elif N == 1 and M >= 2 and K >= 2:
+            x_trans, ldx = blas_operand(x)
+            step = y.strides[0]
+            if ldx != 0 and step > 0 and step % {item} == 0:
+{zero}                if x_trans:
+                    blas_gemv(True, K, M, x, ldx, y, step // {item}, out, 1)
+                else:
+                    blas_gemv(False, M, K, x, ldx, y, step // {item}, out, 1)
+                return out
+        elif M == 1 and N >= 2 and K >= 2:
+            y_trans, ldy = blas_operand(y)
+            step = x.strides[1]
+            if ldy != 0 and step > 0 and step % {item} == 0:
+{zero}                if y_trans:
+                    blas_gemv(False, N, K, y, ldy, x, step // {item}, out, 1)
+                else:
+                    blas_gemv(True, K, N, y, ldy, x, step // {item}, out, 1)
+                return out
+    if call_python({slow_symbol!r}, (x, y, x_layout, y_layout, out)) != 0:
+        raise RuntimeError(slow_failed)
+    return out
+"""
+
+
+@intrinsic
+def as_any_layout(typingctx, a):
+    """``a`` typed with layout 'A' (the same array: numba's array struct is the same for
+    every layout), so every node's product is one specialization."""
+    if not isinstance(a, types.Array):
+        return None
+    any_layout = a.copy(layout="A")
+
+    def codegen(context, builder, sig, args):
+        return impl_ret_borrowed(context, builder, any_layout, args[0])
+
+    return any_layout(a), codegen
+
+
+# Helpers are plain (not inlined) numba functions: numba's IR inlining copies the callee's IR
+# and types it again at every call site, which cost more than the whole product to compile.
+
+
+@numba_basic.numba_njit
+def fill_zero(out):
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = 0
+
+
+@numba_basic.numba_njit
+def leading_dim(unit_stride, other_stride, unit_extent, other_extent, itemsize):
+    """stock's `_leading_dim`: the leading dimension BLAS walks the matrix with, or 0."""
+    if unit_extent != 1 and unit_stride != itemsize:
+        return 0
+    if other_extent == 1:
+        return max(1, unit_extent)
+    if other_stride <= 0 or other_stride % itemsize != 0:
+        return 0
+    ld = other_stride // itemsize
+    return ld if ld >= unit_extent else 0
+
+
+@numba_basic.numba_njit
+def blas_operand(a):
+    """stock's `_blas_operand_generic` without its copy: (transpose, leading dimension), the
+    dimension 0 where stock would copy (its `_column_major_ld`, then `_row_major_ld`)."""
+    ld = leading_dim(a.strides[0], a.strides[1], a.shape[0], a.shape[1], a.itemsize)
+    if ld:
+        return False, np.int32(ld)
+    ld = leading_dim(a.strides[1], a.strides[0], a.shape[1], a.shape[0], a.itemsize)
+    if ld:
+        return True, np.int32(ld)
+    return False, np.int32(0)
+
+
+_PRODUCTS: dict[tuple, object] = {}
+
+
+def _product(dtype: str, zero_y_first: bool):
+    """The shared product function of ``dtype`` (bound and compiled on first use)."""
+    key = (dtype, zero_y_first)
+    fn = _PRODUCTS.get(key)
+    if fn is None:
+        gemm, gemv = ROUTINES[dtype]
+        bind(BLAS_MODULE, gemm)
+        bind(BLAS_MODULE, gemv)
+        slow_symbol = _bind_slow_path(dtype)
+        env = {
+            "np": np,
+            "dt": np.dtype(dtype),
+            "fill_zero": fill_zero,
+            "blas_operand": blas_operand,
+            "blas_gemm": blas_gemm,
+            "blas_gemv": blas_gemv,
+            "call_python": python_callbacks.call_python,
+            "slow_failed": SLOW_PATH_FAILED,
+        }
+        src = _product_source(dtype, zero_y_first, slow_symbol)
+        fn = _PRODUCTS[key] = numba_basic.numba_njit(compile_function_src(src, "product", env))
+    return fn
+
+
+@register_funcify_and_cache_key(CompactDot)
+def numba_funcify_CompactDot(op, node, **kwargs):
+    """The node's function (its inputs retyped 'A', their layouts passed on) and its cache
+    key (`dispatch.cache_key`: the package's source, the dtype, stock's gemv setting and the
+    replicated digest)."""
+    from pytensor.tensor.blas._core import must_initialize_y_gemv
+
+    dtype = node.outputs[0].type.dtype
+    zero_y_first = bool(must_initialize_y_gemv())
+    env = {"product": _product(dtype, zero_y_first), "as_any_layout": as_any_layout, "layout_code": layout_code}
+    src = "def dot(x, y):\n    return product(as_any_layout(x), as_any_layout(y), layout_code(x), layout_code(y))\n"
+    fn = compile_function_src(src, "dot", env)
+    return numba_basic.numba_njit(fn), cache_key("CompactDot", dtype, zero_y_first, stock_digest())
+
+
+__all__ = ["FAST_CASES", "REPLICATED", "CompactDot", "SlowPath", "slow_path_symbol", "stock_digest", "why_not_compact"]
