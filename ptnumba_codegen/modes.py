@@ -5,7 +5,7 @@
 | ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written.freeze`) |
 | ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
 | ``policy_gather_copies`` | 99.99 | `GatherCopies`: a gather read by several elementwise kernels gets a copy for each, which PyTensor's fusion (100) takes into it (`ptnumba_codegen.passes.gather_copies`) |
-| ``policy_compact_checks`` | 100.4 | `CompactChecks`: stock runtime checks (SpecifyShape, Split) swapped for versions that compile in a fraction of the time (`ptnumba_codegen.passes.compact_checks`) |
+| ``policy_compact_checks`` | 100.4 | `CompactChecks`: stock ops (SpecifyShape, Split, Dot) swapped for versions that compile in a fraction of the time (`ptnumba_codegen.passes.compact_checks`) |
 | ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator (`ptnumba_codegen.passes.policy_codegen`) |
 """
 

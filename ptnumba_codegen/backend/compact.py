@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytensor.tensor.basic import Split
+from pytensor.tensor.basic import Alloc, Split
 from pytensor.tensor.math import Dot
 from pytensor.tensor.shape import SpecifyShape
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend.compact_dot import CompactDot, why_not_compact
+from ptnumba_codegen.backend import compact_dot, compact_fill
+from ptnumba_codegen.backend.compact_dot import CompactDot
+from ptnumba_codegen.backend.compact_fill import CompactAlloc
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,13 @@ COMPACT = {
         "_gemm's overload covers every layout in one function: 1.2-2.5 s per pair of input layouts; "
         "the compact one makes the same BLAS call for the operands models pass, and compiles stock's "
         "for the others when a call first needs it (backend.compact_dot.FAST_CASES)",
-        why_not_compact,
+        compact_dot.why_not_compact,
+    ),
+    Alloc: Compact(
+        CompactAlloc,
+        "a fill by one value is numba's slice assignment, whose error path formats both shapes "
+        "(int-to-str, unicode: ~1 s a process) though a scalar cannot mismatch; the compact one loops",
+        compact_fill.why_not_compact,
     ),
 }
 

@@ -1,0 +1,84 @@
+"""``Alloc`` of one value, filled by a loop instead of numba's slice assignment.
+
+PyTensor's numba ``Alloc`` fills an output from a value that broadcasts in every dimension
+(a scalar, or a value of static shape ``(1, ..., 1)``: the zeros and ones of gradients) with
+``res[...] = value``. numba lowers that assignment through its general slice assignment,
+which compiles an error path formatting both shapes into its message
+(``raise_with_shape_context``: integer-to-string and unicode code, about 1 s the first
+time in a process), although a scalar source can never mismatch.
+
+`CompactAlloc` is the same op (a subclass: shape inference, gradient, printing are Alloc's)
+whose numba function allocates the same array and writes the same value to every element
+with a loop nest, for exactly those nodes (`why_not_compact`): an output of at least one
+dimension and a value whose every dimension is statically 1. The value is converted to the
+output's dtype as the assignment converts it (they are the same dtype: Alloc's output has
+its value's). Stock's other fills (a value that varies along a dimension: a loop nest of
+its own already, with constant error messages) and 0-d outputs keep the stock op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba.core import types
+from numba.extending import overload
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+from pytensor.link.utils import compile_function_src
+from pytensor.tensor.basic import Alloc
+
+from ptnumba_codegen.backend.dispatch import cache_key
+
+
+def why_not_compact(node) -> str | None:
+    """Why ``node`` (an Alloc) keeps the stock function, or None if `CompactAlloc` applies."""
+    val, *shape = node.inputs
+    if not shape:
+        return "a 0-d output (stock fills it directly)"
+    if any(dim != 1 for dim in val.type.shape):
+        return f"the value's static shape {val.type.shape} varies along a dimension (stock fills it by a loop already)"
+    if val.type.dtype != node.outputs[0].type.dtype:
+        return f"the value's dtype {val.type.dtype} differs from the output's {node.outputs[0].type.dtype}"
+    return None
+
+
+class CompactAlloc(Alloc):
+    """``Alloc`` whose numba function fills one value by a loop nest (`why_not_compact`)."""
+
+
+CompactAlloc.__name__ = "Alloc"
+
+
+def fill_value(val):
+    """The value as a scalar: the element of an array of one element, a scalar as it is."""
+    return val
+
+
+@overload(fill_value)
+def _fill_value_overload(val):
+    if isinstance(val, types.Array):
+        index = (0,) * val.ndim
+        return lambda val: val[index]
+    return lambda val: val
+
+
+@register_funcify_and_cache_key(CompactAlloc)
+def numba_funcify_CompactAlloc(op, node, **kwargs):
+    """The fill and its cache key (`dispatch.cache_key`: the package's source, the output's
+    rank and dtype)."""
+    ndim = len(node.inputs) - 1
+    dtype = node.outputs[0].type.dtype
+    sizes = [f"n{d}" for d in range(ndim)]
+    lines = [
+        f"def alloc(val, {', '.join(f'sh{d}' for d in range(ndim))}):",
+        *(f"    n{d} = sh{d}.item()" for d in range(ndim)),
+        f"    res = np.empty(({''.join(f'{n}, ' for n in sizes)}), dtype=np.{dtype})",
+        "    value = fill_value(val)",
+        *(f"    {'    ' * d}for i{d} in range(n{d}):" for d in range(ndim)),
+        f"    {'    ' * ndim}res[{', '.join(f'i{d}' for d in range(ndim))}] = value",
+        "    return res",
+    ]
+    fn = compile_function_src("\n".join(lines) + "\n", "alloc", {"np": np, "fill_value": fill_value})
+    return numba_basic.numba_njit(fn), cache_key("CompactAlloc", ndim, dtype)
+
+
+__all__ = ["CompactAlloc", "fill_value", "why_not_compact"]
