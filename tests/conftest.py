@@ -98,6 +98,19 @@ def final_ir(fn) -> str:
     return "\n".join(fn.vm.jit_fn.inspect_llvm().values())
 
 
+def node_function_irs(nodes, sig) -> list[str]:
+    """The LLVM IR of each node's numba function compiled for ``sig`` (PyTensor's node
+    functions have no CPython wrapper: a direct call would crash)."""
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    irs = []
+    for node in nodes:
+        fn = numba_funcify(node.op, node=node)
+        fn.compile(sig)
+        irs.append(fn.inspect_llvm(sig))
+    return irs
+
+
 def policy_nodes(fn):
     return [n for n in fn.maker.fgraph.toposort() if is_policy_op(n.op)]
 

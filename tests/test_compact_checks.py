@@ -16,12 +16,11 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from numba.core import types
-from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.graph.basic import Apply
 from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 
-from conftest import compile_fn
+from conftest import compile_fn, node_function_irs
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit, SpecifyShapeError, SplitSizesError
 from ptnumba_codegen.backend.compact import COMPACT
 from ptnumba_codegen.passes.compact_checks import CompactChecks
@@ -71,23 +70,16 @@ def test_mismatch_raises_the_stock_message(fns, shape, n0, n2):
     assert str(stock.value).startswith("SpecifyShape: dim ")
 
 
-def _node_ir(op, node):
-    # PyTensor's node functions have no CPython wrapper (a direct call would crash): compile
-    # for the types the graph calls them with and read the IR
-    fn = numba_funcify(op, node=node)
-    sig = (types.Array(types.float64, 2, "C"), types.Array(types.int64, 0, "C"), types.Array(types.int64, 0, "C"))
-    fn.compile(sig)
-    return fn.inspect_llvm(sig)
-
-
 def test_compact_function_formats_no_string():
     x = pt.matrix("x")
     n, m = pt.lscalar("n"), pt.lscalar("m")
     stock_node = pt.specify_shape(x, (n, m)).owner
     compact_node = CompactSpecifyShape().make_node(*stock_node.inputs)
     # what the stock function compiles and the compact one must not: int-to-str, unicode
-    assert "unicode" in _node_ir(stock_node.op, stock_node)
-    assert "unicode" not in _node_ir(compact_node.op, compact_node)
+    sig = (types.Array(types.float64, 2, "C"), types.Array(types.int64, 0, "C"), types.Array(types.int64, 0, "C"))
+    stock_ir, compact_ir = node_function_irs([stock_node, compact_node], sig)
+    assert "unicode" in stock_ir
+    assert "unicode" not in compact_ir
 
 
 def test_op_prints_and_pickles_as_specify_shape():
@@ -117,7 +109,7 @@ import pytensor.link.numba.cache as numba_cache
 sys.path.insert(0, sys.argv[2])
 numba_cache.NUMBA_CACHE_PATH = Path(sys.argv[1])
 from test_compact_checks import _graph
-from conftest import compile_fn
+from conftest import compile_fn, node_function_irs
 from ptnumba_codegen.backend.checks import CompactSpecifyShape
 with pytensor.config.change_flags(numba__cache=True):
     fn = compile_fn(*_graph(), "policy_default")
@@ -238,12 +230,8 @@ def test_compact_split_formats_no_string():
     stock_node = pt.split(x, sizes, n_splits=2, axis=1)[0].owner
     compact_node = CompactSplit(2, 1).make_node(*stock_node.inputs)
     sig = (types.Array(types.float64, 2, "C"), types.Array(types.int64, 1, "C"))
-    irs = []
-    for node in (stock_node, compact_node):
-        fn = numba_funcify(node.op, node=node)
-        fn.compile(sig)
-        irs.append(fn.inspect_llvm(sig))
-    assert "unicode" in irs[0] and "unicode" not in irs[1]
+    stock_ir, compact_ir = node_function_irs([stock_node, compact_node], sig)
+    assert "unicode" in stock_ir and "unicode" not in compact_ir
 
 
 def test_pass_keeps_the_nodes_own_output_types():

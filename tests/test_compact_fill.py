@@ -12,10 +12,9 @@ import numpy as np
 import pytensor.tensor as pt
 import pytest
 from numba.core import types
-from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.basic import Alloc
 
-from conftest import compile_fn
+from conftest import compile_fn, node_function_irs
 from ptnumba_codegen.backend.compact_fill import CompactAlloc, why_not_compact
 
 
@@ -75,12 +74,8 @@ def test_compact_fill_formats_no_string():
     compact_node = CompactAlloc().make_node(*stock_node.inputs)
     # a 0-d array value, as a graph passes it
     sig = (types.Array(types.float64, 0, "C"), types.Array(types.int64, 0, "C"), types.Array(types.int64, 0, "C"))
-    irs = []
-    for node in (stock_node, compact_node):
-        fn = numba_funcify(node.op, node=node)
-        fn.compile(sig)
-        irs.append(fn.inspect_llvm(sig))
-    assert "unicode" in irs[0] and "unicode" not in irs[1]
+    stock_ir, compact_ir = node_function_irs([stock_node, compact_node], sig)
+    assert "unicode" in stock_ir and "unicode" not in compact_ir
 
 
 def test_why_not():

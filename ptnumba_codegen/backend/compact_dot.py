@@ -42,7 +42,7 @@ from ptnumba_codegen.runtime import python_callbacks
 from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
 
 BLAS_MODULE = "scipy.linalg.cython_blas"
-# dtype -> (gemm, gemv) of scipy's BLAS, the functions stock's `_BLAS` looks up
+# dtype -> (gemm, gemv) of scipy's BLAS, the functions stock's `_BLAS` looks up (in `BLAS_ARGUMENTS`' order)
 ROUTINES = {"float64": ("dgemm", "dgemv"), "float32": ("sgemm", "sgemv")}
 
 # The digest of the stock source this module replicates -> the PyTensor version it is from.
@@ -126,93 +126,52 @@ def layout_code(typingctx, a):
     return types.int64(a), codegen
 
 
-def _fortran_args(context, builder, values):
-    """Each value stored in a stack slot of its own: BLAS takes every argument by pointer."""
-    return [cgutils.alloca_once_value(builder, v) for v in values]
+# BLAS routine -> its arguments in order: "flag" (a boolean passed as 'T' or 'N'), "int" (an
+# int32), "array" (the array's data), "one" and "zero" (alpha and beta: constants, not
+# passed by the caller). Every argument goes by pointer, as Fortran BLAS takes it.
+BLAS_ARGUMENTS = {
+    "gemm": ("flag", "flag", "int", "int", "int", "one", "array", "int", "array", "int", "zero", "array", "int"),
+    "gemv": ("flag", "int", "int", "one", "array", "int", "array", "int", "zero", "array", "int"),
+}
 
 
-def _char(builder, transpose):
-    """BLAS's transpose flag: a pointer to 'T' or 'N' (stock stores ``ord(c)`` in an int32)."""
-    return builder.select(transpose, ir.Constant(ir.IntType(32), ord("T")), ir.Constant(ir.IntType(32), ord("N")))
-
-
-def _i32(context, builder, value, ty):
-    return context.cast(builder, value, ty, types.int32)
-
-
-def _data(context, builder, array, ty):
-    return context.make_array(ty)(context, builder, array).data
-
-
-def _blas_call(builder, routine: str, dtype, values):
-    """Call scipy's BLAS ``routine`` by its symbol with every value by pointer."""
-    symbol = symbol_name(BLAS_MODULE, routine)
-    fnty = ir.FunctionType(ir.VoidType(), [v.type for v in values])
-    callee = cgutils.get_or_insert_function(builder.module, fnty, symbol)
-    builder.call(callee, values)
+def _blas_value(context, builder, kind, value, ty, fty):
+    """One BLAS argument of ``kind`` (`BLAS_ARGUMENTS`) from the caller's value."""
+    if kind == "array":
+        return builder.bitcast(context.make_array(ty)(context, builder, value).data, fty.as_pointer())
+    if kind == "flag":  # stock stores ord("T") or ord("N") in an int32
+        value = builder.select(value, ir.Constant(ir.IntType(32), ord("T")), ir.Constant(ir.IntType(32), ord("N")))
+    else:
+        value = context.cast(builder, value, ty, types.int32)
+    return cgutils.alloca_once_value(builder, value)
 
 
 @intrinsic
-def blas_gemm(typingctx, ta, tb, m, n, k, a, lda, b, ldb, c, ldc):
-    """gemm(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) on the arrays' data."""
-    dtype = c.dtype
-    routine = ROUTINES[str(dtype)][0]
+def blas_call(typingctx, routine, arguments):
+    """``blas_call("gemm" | "gemv", (...))``: scipy's BLAS routine of the output's dtype (the
+    last array) by its symbol, with the caller's arguments and alpha 1, beta 0 where
+    `BLAS_ARGUMENTS` puts them."""
+    if not isinstance(routine, types.StringLiteral) or not isinstance(arguments, types.BaseTuple):
+        return None
+    kinds = BLAS_ARGUMENTS[routine.literal_value]
+    args = tuple(arguments.types)
+    dtype = [a for a in args if isinstance(a, types.Array)][-1].dtype
+    symbol = symbol_name(BLAS_MODULE, ROUTINES[str(dtype)][list(BLAS_ARGUMENTS).index(routine.literal_value)])
 
-    def codegen(context, builder, sig, args):
-        ta_, tb_, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
-        sizes = [_i32(context, builder, v, t) for v, t in zip((m_, n_, k_), sig.args[2:5], strict=True)]
+    def codegen(context, builder, sig, llargs):
         fty = context.get_value_type(dtype)
-        values = _fortran_args(
-            context,
-            builder,
-            [
-                _char(builder, ta_),
-                _char(builder, tb_),
-                *sizes,
-                ir.Constant(fty, 1.0),
-            ],
-        )
-        values += [builder.bitcast(_data(context, builder, a_, sig.args[5]), fty.as_pointer())]
-        values += _fortran_args(context, builder, [_i32(context, builder, lda_, sig.args[6])])
-        values += [builder.bitcast(_data(context, builder, b_, sig.args[7]), fty.as_pointer())]
-        values += _fortran_args(context, builder, [_i32(context, builder, ldb_, sig.args[8]), ir.Constant(fty, 0.0)])
-        values += [builder.bitcast(_data(context, builder, c_, sig.args[9]), fty.as_pointer())]
-        values += _fortran_args(context, builder, [_i32(context, builder, ldc_, sig.args[10])])
-        _blas_call(builder, routine, dtype, values)
+        passed = iter([(builder.extract_value(llargs[1], i), ty) for i, ty in enumerate(args)])
+        values = []
+        for kind in kinds:
+            if kind in ("one", "zero"):
+                values.append(cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0 if kind == "one" else 0.0)))
+            else:
+                values.append(_blas_value(context, builder, kind, *next(passed), fty))
+        callee = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [v.type for v in values]), symbol)
+        builder.call(callee, values)
         return context.get_dummy_value()
 
-    return types.none(ta, tb, m, n, k, a, lda, b, ldb, c, ldc), codegen
-
-
-@intrinsic
-def blas_gemv(typingctx, trans, rows, cols, a, lda, x, incx, y, incy):
-    """gemv(trans, rows, cols, 1, a, lda, x, incx, 0, y, incy) on the arrays' data."""
-    dtype = y.dtype
-    routine = ROUTINES[str(dtype)][1]
-
-    def codegen(context, builder, sig, args):
-        trans_, rows_, cols_, a_, lda_, x_, incx_, y_, incy_ = args
-        fty = context.get_value_type(dtype)
-        values = _fortran_args(
-            context,
-            builder,
-            [
-                _char(builder, trans_),
-                _i32(context, builder, rows_, sig.args[1]),
-                _i32(context, builder, cols_, sig.args[2]),
-                ir.Constant(fty, 1.0),
-            ],
-        )
-        values += [builder.bitcast(_data(context, builder, a_, sig.args[3]), fty.as_pointer())]
-        values += _fortran_args(context, builder, [_i32(context, builder, lda_, sig.args[4])])
-        values += [builder.bitcast(_data(context, builder, x_, sig.args[5]), fty.as_pointer())]
-        values += _fortran_args(context, builder, [_i32(context, builder, incx_, sig.args[6]), ir.Constant(fty, 0.0)])
-        values += [builder.bitcast(_data(context, builder, y_, sig.args[7]), fty.as_pointer())]
-        values += _fortran_args(context, builder, [_i32(context, builder, incy_, sig.args[8])])
-        _blas_call(builder, routine, dtype, values)
-        return context.get_dummy_value()
-
-    return types.none(trans, rows, cols, a, lda, x, incx, y, incy), codegen
+    return types.none(routine, arguments), codegen
 
 
 def _stock_dot(dtype: str):
@@ -287,25 +246,25 @@ def product(x, y, x_layout, y_layout):
             x_trans, ldx = blas_operand(x)
             y_trans, ldy = blas_operand(y)
             if ldx != 0 and ldy != 0:
-                blas_gemm(not y_trans, not x_trans, N, M, K, y, ldy, x, ldx, out, N)
+                blas_call("gemm", (not y_trans, not x_trans, N, M, K, y, ldy, x, ldx, out, N))
                 return out
         elif N == 1 and M >= 2 and K >= 2:
             x_trans, ldx = blas_operand(x)
             step = y.strides[0]
             if ldx != 0 and step > 0 and step % {item} == 0:
 {zero}                if x_trans:
-                    blas_gemv(True, K, M, x, ldx, y, step // {item}, out, 1)
+                    blas_call("gemv", (True, K, M, x, ldx, y, step // {item}, out, 1))
                 else:
-                    blas_gemv(False, M, K, x, ldx, y, step // {item}, out, 1)
+                    blas_call("gemv", (False, M, K, x, ldx, y, step // {item}, out, 1))
                 return out
         elif M == 1 and N >= 2 and K >= 2:
             y_trans, ldy = blas_operand(y)
             step = x.strides[1]
             if ldy != 0 and step > 0 and step % {item} == 0:
 {zero}                if y_trans:
-                    blas_gemv(False, N, K, y, ldy, x, step // {item}, out, 1)
+                    blas_call("gemv", (False, N, K, y, ldy, x, step // {item}, out, 1))
                 else:
-                    blas_gemv(True, K, N, y, ldy, x, step // {item}, out, 1)
+                    blas_call("gemv", (True, K, N, y, ldy, x, step // {item}, out, 1))
                 return out
     if call_python({slow_symbol!r}, (x, y, x_layout, y_layout, out)) != 0:
         raise RuntimeError(slow_failed)
@@ -381,8 +340,7 @@ def _product(dtype: str, zero_y_first: bool):
             "dt": np.dtype(dtype),
             "fill_zero": fill_zero,
             "blas_operand": blas_operand,
-            "blas_gemm": blas_gemm,
-            "blas_gemv": blas_gemv,
+            "blas_call": blas_call,
             "call_python": python_callbacks.call_python,
             "slow_failed": SLOW_PATH_FAILED,
         }
