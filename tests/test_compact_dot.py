@@ -20,9 +20,14 @@ from pytensor.tensor.math import Dot
 
 from conftest import compile_fn, second_process_line
 from ptnumba_codegen.backend import compact_dot
-from ptnumba_codegen.backend.compact_dot import CompactDot, slow_path_symbol, why_not_compact
+from ptnumba_codegen.backend.compact_dot import REPLICATED, CompactDot, slow_path_symbol, stock_digest, why_not_compact
 from ptnumba_codegen.passes.compact_checks import CompactChecks
 from ptnumba_codegen.runtime import python_callbacks
+
+# Another PyTensor's Dot keeps the stock op (the bit tests still compare it with stock)
+replicated = pytest.mark.skipif(
+    stock_digest() not in REPLICATED, reason=f"the installed PyTensor's numba Dot ({stock_digest()}) is not the replicated one"
+)
 
 # graph name -> the product of the function's inputs x, y
 GRAPHS = {
@@ -77,6 +82,7 @@ def _same(ref, got) -> bool:
     return ref.dtype == got.dtype and ref.shape == got.shape and ref.tobytes() == got.tobytes()
 
 
+@replicated
 def test_policy_graph_holds_the_compact_dot(fns):
     for (dtype, name), pair in fns.items():
         dots = lambda fn: [type(n.op) for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Dot)]  # noqa: E731
@@ -107,6 +113,7 @@ def test_same_bits_and_errors_as_stock(fns, dtype, name):
     assert checked == len(sizes) ** 3 * 25
 
 
+@replicated
 def test_common_products_run_the_compact_call_and_the_rest_stocks(fns):
     fn = fns["float64", "x @ y"]["policy_default"]
     symbol = slow_path_symbol("float64")
@@ -125,6 +132,7 @@ def test_common_products_run_the_compact_call_and_the_rest_stocks(fns):
     assert python_callbacks.calls(symbol) == before + 2
 
 
+@replicated
 def test_other_dtypes_and_other_stock_sources_keep_the_stock_dot(monkeypatch):
     x, y = pt.lmatrix("x"), pt.lmatrix("y")
     xf, yf = pt.dmatrix("xf"), pt.dmatrix("yf")
