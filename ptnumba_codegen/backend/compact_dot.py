@@ -73,30 +73,32 @@ SLOW_PATH_FAILED = "ptnumba_codegen: stock's Dot (the slow path of a compact Dot
 
 @functools.cache
 def stock_digest() -> str:
-    """The digest of the installed PyTensor's numba ``Dot`` implementation."""
-    from pytensor.link.numba.dispatch import elemwise
-    from pytensor.link.numba.dispatch.linalg import products as p
+    """The digest of the installed PyTensor's numba ``Dot`` implementation ("unavailable
+    (...)" where one of its functions is missing: another implementation)."""
+    try:
+        from pytensor.link.numba.dispatch import elemwise
+        from pytensor.link.numba.dispatch.linalg import products as p
 
-    parts = [
-        p._gemm_impl,
-        p._blas_operand_generic,
-        p._blas_operand_impl,
-        p._normalize_gemm_strides,
-        p._leading_dim.py_func,
-        p._column_major_ld.py_func,
-        p._row_major_ld.py_func,
-        p._is_reversed.py_func,
-        elemwise.numba_funcify_Dot,
-    ]
-    return hashlib.sha256("".join(inspect.getsource(f) for f in parts).encode()).hexdigest()[:16]
+        parts = [
+            p._gemm_impl,
+            p._blas_operand_generic,
+            p._blas_operand_impl,
+            p._normalize_gemm_strides,
+            p._leading_dim.py_func,
+            p._column_major_ld.py_func,
+            p._row_major_ld.py_func,
+            p._is_reversed.py_func,
+            elemwise.numba_funcify_Dot,
+        ]
+        source = "".join(inspect.getsource(f) for f in parts)
+    except (ImportError, AttributeError, OSError, TypeError) as err:
+        return f"unavailable ({type(err).__name__}: {err})"
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def why_not_compact(node) -> str | None:
     """Why ``node`` (a Dot) keeps the stock function, or None if `CompactDot` applies."""
-    try:
-        digest = stock_digest()
-    except (ImportError, AttributeError, OSError, TypeError) as err:
-        return f"stock's Dot is not the replicated one ({type(err).__name__}: {err})"
+    digest = stock_digest()
     if digest not in REPLICATED:
         return f"stock's Dot source has digest {digest}, not one of {sorted(REPLICATED)}"
     dtypes = {v.type.dtype for v in (*node.inputs, *node.outputs)}
