@@ -4,10 +4,10 @@ that the check costs less to compile than it does.
 PyTensor's numba ``SpecifyShape`` asserts each dimension with an f-string message
 (``f'SpecifyShape: dim {i} of input has shape {x.shape[i]}, expected {s.item()}.'``), and
 ``Split`` raises ``f"Split sizes sum to {...}; expected {...}"``. Typing and compiling either
-pulls numba's integer-to-string and unicode machinery into the process: about 1 s the first
-time in every process that compiles one (a cold compile; a warm one loads the function from
-PyTensor's cache). 18 of the catalogue's 25 core models have a ``SpecifyShape``; ``Split``
-comes with the gradient of a ``Join`` (time series, state-space models).
+pulls numba's integer-to-string and unicode machinery into the process, once in every
+process that compiles one (a cold compile; a warm one loads the function from PyTensor's
+cache). Most of the catalogue's core models have a ``SpecifyShape``; ``Split`` comes with
+the gradient of a ``Join`` (time series, state-space models).
 
 `CompactSpecifyShape` is the same op (a subclass: every ``isinstance`` check, the view, the
 shape inference and the gradient are SpecifyShape's) whose numba function compares the

@@ -34,16 +34,16 @@ class Compact:
 COMPACT = {
     SpecifyShape: Compact(
         CompactSpecifyShape,
-        "its assert formats an f-string: numba compiles int-to-str and unicode concatenation (~1 s a process)",
+        "its assert formats an f-string: numba compiles int-to-str and unicode concatenation once a process",
     ),
     Split: Compact(
         CompactSplit,
-        "its sum check formats an f-string (int-to-str, unicode concatenation: ~1 s a process), "
+        "its sum check formats an f-string (int-to-str, unicode concatenation), "
         "and it slices through np.cumsum and np.split (two more overloads to compile)",
     ),
     Dot: Compact(
         CompactDot,
-        "_gemm's overload covers every layout in one function: 1.2-2.5 s per pair of input layouts; "
+        "_gemm's overload covers every layout in one large function, compiled per pair of input layouts; "
         "the compact one makes the same BLAS call for the operands models pass, and compiles stock's "
         "for the others when a call first needs it (backend.compact_dot.FAST_CASES)",
         compact_dot.why_not_compact,
@@ -51,7 +51,7 @@ COMPACT = {
     Alloc: Compact(
         CompactAlloc,
         "a fill by one value is numba's slice assignment, whose error path formats both shapes "
-        "(int-to-str, unicode: ~1 s a process) though a scalar cannot mismatch; the compact one loops",
+        "(int-to-str, unicode) though a scalar cannot mismatch; the compact one loops",
         compact_fill.why_not_compact,
     ),
 }

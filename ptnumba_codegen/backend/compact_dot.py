@@ -2,9 +2,10 @@
 
 PyTensor's numba ``Dot`` calls ``_gemm(x, y, out)``, whose overload handles every layout:
 reversed axes, operands BLAS cannot read in place (copied), matrix-vector products through
-gemv with signed increments, outputs without a unit stride. Typing and compiling it is
-1.2-2.5 s per pair of input layouts in a cold process (frailty_coxph: two pairs, 3.9 s of
-its compile), the largest single stock node in the catalogue's models with a design matrix.
+gemv with signed increments, outputs without a unit stride. Typing and compiling it, once
+per pair of input layouts in a cold process, is the largest single stock node of the
+catalogue's models with a design matrix (figures: docs/benchmarks.md, "Split, scipy.special
+and Dot compiled without stock's heaviest machinery").
 
 `CompactDot` is the same op (a subclass: shape inference, gradient, printing are Dot's)
 whose numba function makes, for the operands a model passes, the very BLAS call stock's
@@ -31,7 +32,7 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.imputils import impl_ret_borrowed
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src

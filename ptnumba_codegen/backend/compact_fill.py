@@ -4,8 +4,8 @@ PyTensor's numba ``Alloc`` fills an output from a value that broadcasts in every
 (a scalar, or a value of static shape ``(1, ..., 1)``: the zeros and ones of gradients) with
 ``res[...] = value``. numba lowers that assignment through its general slice assignment,
 which compiles an error path formatting both shapes into its message
-(``raise_with_shape_context``: integer-to-string and unicode code, about 1 s the first
-time in a process), although a scalar source can never mismatch.
+(``raise_with_shape_context``: numba's integer-to-string and unicode code, compiled once in
+every cold process), although a scalar source can never mismatch.
 
 `CompactAlloc` is the same op (a subclass: shape inference, gradient, printing are Alloc's)
 whose numba function allocates the same array and writes the same value to every element
