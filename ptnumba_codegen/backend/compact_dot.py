@@ -43,8 +43,9 @@ from ptnumba_codegen.runtime import python_callbacks
 from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
 
 BLAS_MODULE = "scipy.linalg.cython_blas"
-# dtype -> (gemm, gemv) of scipy's BLAS, the functions stock's `_BLAS` looks up (in `BLAS_ARGUMENTS`' order)
-ROUTINES = {"float64": ("dgemm", "dgemv"), "float32": ("sgemm", "sgemv")}
+# dtype -> the prefix of scipy's BLAS routines for it (dgemm, sgemv, ...: the functions
+# stock's `_BLAS` looks up)
+ROUTINES = {"float64": "d", "float32": "s"}
 
 # The digest of the stock source this module replicates -> the PyTensor version it is from.
 # (`stock_digest`: `_gemm_impl`, the operand and stride helpers it calls, `numba_funcify_Dot`.)
@@ -159,7 +160,7 @@ def blas_call(typingctx, routine, arguments):
     kinds = BLAS_ARGUMENTS[routine.literal_value]
     args = tuple(arguments.types)
     dtype = [a for a in args if isinstance(a, types.Array)][-1].dtype
-    symbol = symbol_name(BLAS_MODULE, ROUTINES[str(dtype)][list(BLAS_ARGUMENTS).index(routine.literal_value)])
+    symbol = symbol_name(BLAS_MODULE, ROUTINES[str(dtype)] + routine.literal_value)
 
     def codegen(context, builder, sig, llargs):
         fty = context.get_value_type(dtype)
@@ -194,21 +195,23 @@ class SlowPath:
 
     def __init__(self, dtype: str):
         self.dtype = dtype
+        self.dispatcher = None  # stock's function behind a CPython entry, made at the first call
         self.compiled: dict[tuple[int, int], object] = {}
 
     def __call__(self, x, y, x_layout, y_layout):
         key = (int(x_layout), int(y_layout))
         fn = self.compiled.get(key)
         if fn is None:
-            stock = _stock_dot(self.dtype)
+            if self.dispatcher is None:
+                src = "def stock_dot(x, y):\n    return stock(x, y)\n"
+                env = {"stock": _stock_dot(self.dtype)}
+                self.dispatcher = numba.njit(compile_function_src(src, "stock_dot", env))
             nb = numba.from_dtype(np.dtype(self.dtype))
             sig = tuple(types.Array(nb, 2, LAYOUTS[code], readonly=True) for code in key)
-            src = "def stock_dot(x, y):\n    return stock(x, y)\n"
-            dispatcher = numba.njit(compile_function_src(src, "stock_dot", {"stock": stock}))
-            dispatcher.compile(sig)
+            self.dispatcher.compile(sig)
             # the compiled signature's own entry point: an array of shape (1, n) is C- and
             # F-contiguous, and numba's dispatcher would type it 'C' whatever the caller had
-            fn = self.compiled[key] = dispatcher.overloads[sig].entry_point
+            fn = self.compiled[key] = self.dispatcher.overloads[sig].entry_point
         return fn(x, y)
 
 
@@ -251,23 +254,19 @@ def product(x, y, x_layout, y_layout):
             if ldx != 0 and ldy != 0:
                 blas_call("gemm", (not y_trans, not x_trans, N, M, K, y, ldy, x, ldx, out, N))
                 return out
-        elif N == 1 and M >= 2 and K >= 2:
-            x_trans, ldx = blas_operand(x)
-            step = y.strides[0]
-            if ldx != 0 and step > 0 and step % {item} == 0:
-{zero}                if x_trans:
-                    blas_call("gemv", (True, K, M, x, ldx, y, step // {item}, out, 1))
-                else:
-                    blas_call("gemv", (False, M, K, x, ldx, y, step // {item}, out, 1))
-                return out
-        elif M == 1 and N >= 2 and K >= 2:
-            y_trans, ldy = blas_operand(y)
-            step = x.strides[1]
-            if ldy != 0 and step > 0 and step % {item} == 0:
-{zero}                if y_trans:
-                    blas_call("gemv", (False, N, K, y, ldy, x, step // {item}, out, 1))
-                else:
-                    blas_call("gemv", (True, K, N, y, ldy, x, step // {item}, out, 1))
+        elif K >= 2 and ((N == 1 and M >= 2) or (M == 1 and N >= 2)):
+            # gemv: the matrix operand times the other one's vector, along K
+            column = N == 1
+            matrix = x if column else y
+            vector = y if column else x
+            step = y.strides[0] if column else x.strides[1]
+            length = M if column else N
+            trans, ld = blas_operand(matrix)
+            if ld != 0 and step > 0 and step % {item} == 0:
+{zero}                # stock: 'T' for a row-major x, or a column-major y; rows and cols follow
+                across = trans == column
+                rows, cols = (K, length) if across else (length, K)
+                blas_call("gemv", (across, rows, cols, matrix, ld, vector, step // {item}, out, 1))
                 return out
     if call_python({slow_symbol!r}, (x, y, x_layout, y_layout, out)) != 0:
         raise RuntimeError(slow_failed)
@@ -326,30 +325,23 @@ def blas_operand(a):
     return False, np.int32(0)
 
 
-_PRODUCTS: dict[tuple, object] = {}
-
-
+@functools.cache
 def _product(dtype: str, zero_y_first: bool):
-    """The shared product function of ``dtype`` (bound and compiled on first use)."""
-    key = (dtype, zero_y_first)
-    fn = _PRODUCTS.get(key)
-    if fn is None:
-        gemm, gemv = ROUTINES[dtype]
-        bind(BLAS_MODULE, gemm)
-        bind(BLAS_MODULE, gemv)
-        slow_symbol = _bind_slow_path(dtype)
-        env = {
-            "np": np,
-            "dt": np.dtype(dtype),
-            "fill_zero": fill_zero,
-            "blas_operand": blas_operand,
-            "blas_call": blas_call,
-            "call_python": python_callbacks.call_python,
-            "slow_failed": SLOW_PATH_FAILED,
-        }
-        src = _product_source(dtype, zero_y_first, slow_symbol)
-        fn = _PRODUCTS[key] = numba_basic.numba_njit(compile_function_src(src, "product", env))
-    return fn
+    """The shared product function of ``dtype`` (its symbols bound; compiled on first use)."""
+    for routine in BLAS_ARGUMENTS:
+        bind(BLAS_MODULE, ROUTINES[dtype] + routine)
+    slow_symbol = _bind_slow_path(dtype)
+    env = {
+        "np": np,
+        "dt": np.dtype(dtype),
+        "fill_zero": fill_zero,
+        "blas_operand": blas_operand,
+        "blas_call": blas_call,
+        "call_python": python_callbacks.call_python,
+        "slow_failed": SLOW_PATH_FAILED,
+    }
+    src = _product_source(dtype, zero_y_first, slow_symbol)
+    return numba_basic.numba_njit(compile_function_src(src, "product", env))
 
 
 @register_funcify_and_cache_key(CompactDot)
