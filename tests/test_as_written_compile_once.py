@@ -20,6 +20,7 @@ import pytensor.scalar as ps
 from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
 
 import ptnumba_codegen
+from ptnumba_codegen.backend import node_wrappers
 from ptnumba_codegen.as_written.compile_once import FLAG_FREE, flag_free, read_inputs_once
 from ptnumba_codegen.as_written.lowering import lowering_graph
 from ptnumba_codegen.as_written.op import AsWritten
@@ -166,6 +167,7 @@ def test_a_copy_compiles_its_flag_free_nodes_as_the_rest_does(monkeypatch):
     and are funcified under the enclosing function's fast math; the copy's arithmetic
     still compiles with fast math off. Decisions equal the reference at the tie."""
     seen = []
+    node_wrappers.configure()  # the process-wide per-node funcify, set before it is wrapped here
     original = numba_basic.numba_funcify_ensure_cache
 
     def recording(op, node=None, **kwargs):

@@ -12,6 +12,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 from ptnumba_codegen.runtime import allocator, boxing, collector, machine_code
+from ptnumba_codegen.backend import node_wrappers
 from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.passes.constant_writes import fold_constant_writes
 from ptnumba_codegen.analysis.whole_graph import (
@@ -71,6 +72,7 @@ class PolicyCodegen(GraphRewriter):
         except PolicyError as err:
             raise PolicyLoadError(str(err)) from None
         configure_process()
+        node_wrappers.mark_policy_graph(fgraph)
         try:
             fold_constant_writes(fgraph, TAG)  # a one-hot of observed labels: computed once, same bits
         except Exception as err:  # noqa: BLE001  (see pass_errors: recorded, warned)
@@ -138,6 +140,7 @@ def configure_process() -> None:
     boxing.configure()  # results boxed without unpickling per call
     machine_code.configure()  # no machine code for link-only libraries
     collector.configure()  # no full garbage collections inside numba's compiles
+    node_wrappers.configure()  # policy graphs call their node functions directly
 
 
 def prepare_process(fgraph) -> None:
@@ -145,6 +148,7 @@ def prepare_process(fgraph) -> None:
     (a graph stored by `passes.rewritten_graphs`): the same set-up, then the thread runtime
     if a kernel may run its loop on threads (the policy and size bound each op carries)."""
     configure_process()
+    node_wrappers.mark_policy_graph(fgraph)
     if any(is_policy_op(node.op) and planner_for(node.op) is not None
            and may_chunk(node, node.op.policy.parallel, getattr(node.op, "size_bound", None))
            for node in fgraph.apply_nodes):

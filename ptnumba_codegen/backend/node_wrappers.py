@@ -1,0 +1,110 @@
+"""A policy-compiled graph calls its node functions directly, without PyTensor's per-node
+cache wrappers.
+
+With PyTensor's numba cache on, `numba_funcify_ensure_cache` puts every node function
+that has a cache key inside a wrapper of its own, ``def <name>(*args): return
+jitable_func(*args)``, compiled from generated source with ``cache=True``, so that numba
+stores each node on disk under PyTensor's key. Each wrapper is one more numba compile per
+node: numba's whole pipeline for one call, the node's IR linked in and optimized again,
+and its machine code emitted for the disk cache, though the function graph calling it
+links and compiles that IR once more. A cold compile spends about a fifth of its time
+there (docs/benchmarks.md, "Node functions without PyTensor's cache wrappers").
+
+For a function graph the policy's passes rewrote (`mark_policy_graph`), `configure()`
+makes the node functions the graph calls the ones PyTensor's dispatch returns, with the
+same keys. What changes and what does not:
+
+- the graph's own key, and so its disk cache (numba caches the whole compiled function
+  graph under it), is unchanged: a warm process compiling the same function loads it;
+- nodes are no longer stored one by one, so a *different* graph sharing nodes with one
+  compiled earlier compiles them again, in a later process (where PyTensor would load each
+  node's wrapper from disk). In the same process, a stock node function PyTensor's
+  dispatch returns for a key seen before is the same object (`SHARED`), compiled once
+  (not a policy kernel's: its fallback is recorded for its own node, for ``explain``);
+- values are unchanged: a wrapper only forwards its arguments, and every instruction
+  keeps the flags it was lowered with (flags are set per instruction when a function is
+  lowered, never by a caller); tests/test_node_wrappers.py compares results bit for bit.
+
+Graphs of other modes (stock numba, the references) keep PyTensor's wrappers, and inner
+graphs (a Scan's, an as-written copy's) follow the graph they are funcified in.
+``PTNUMBA_CODEGEN_NODE_WRAPPERS=pytensor`` keeps PyTensor's wrappers everywhere.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import weakref
+
+from pytensor import config
+from pytensor.graph.fg import AbstractFunctionGraph
+from pytensor.link.numba.dispatch import basic as numba_basic
+
+from ptnumba_codegen.backend.ops import is_policy_op
+from ptnumba_codegen.runtime import ProcessSetting
+
+ENV = "PTNUMBA_CODEGEN_NODE_WRAPPERS"
+ENV_VALUES = ("direct", "pytensor")  # direct (default): `funcify_node`; pytensor: PyTensor's wrappers
+
+PYTENSOR_ENSURE_CACHE = numba_basic.numba_funcify_ensure_cache  # restored by `restore`
+
+# function graphs the policy's passes rewrote (`mark_policy_graph`)
+_POLICY_GRAPHS: weakref.WeakSet = weakref.WeakSet()
+# set while a policy graph (and the inner graphs funcified inside it) is funcified
+_DIRECT = contextvars.ContextVar("ptnumba_codegen_direct_node_functions", default=False)
+# (PyTensor's cache key, numba fastmath setting) -> the node function first returned for it:
+# one numba function per key in a process, whichever graph calls it (PyTensor's key
+# identifies the function its dispatch builds: its disk cache relies on that too)
+SHARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def mark_policy_graph(fgraph) -> None:
+    """``fgraph`` was rewritten by the policy's passes: its nodes are called directly."""
+    _POLICY_GRAPHS.add(fgraph)
+
+
+def is_policy_graph(fgraph) -> bool:
+    return fgraph in _POLICY_GRAPHS
+
+
+def funcify_node(op, node=None, **kwargs):
+    """`numba_funcify_ensure_cache` for ``op``: inside a policy graph, the node function
+    without its wrapper (shared per key, `SHARED`); PyTensor's otherwise."""
+    if isinstance(op, AbstractFunctionGraph):
+        if not is_policy_graph(op) or _DIRECT.get():
+            return PYTENSOR_ENSURE_CACHE(op, node=node, **kwargs)
+        token = _DIRECT.set(True)
+        try:
+            return PYTENSOR_ENSURE_CACHE(op, node=node, **kwargs)  # the graph's own wrapper stays (its cache)
+        finally:
+            _DIRECT.reset(token)
+    if not _DIRECT.get() or not config.numba__cache:
+        return PYTENSOR_ENSURE_CACHE(op, node=node, **kwargs)
+    fn, key = numba_basic.numba_funcify_and_cache_key(op, node=node, **kwargs)
+    if key is None or is_policy_op(op):  # a policy kernel records facts about its own node (explain)
+        return fn, key
+    shared_key = (key, bool(config.numba__fastmath))
+    try:
+        return SHARED[shared_key], key
+    except KeyError:
+        pass
+    try:
+        SHARED[shared_key] = fn
+    except TypeError:  # not weakly referenceable: not shared
+        pass
+    return fn, key
+
+
+def _apply(choice: str, environ) -> str:
+    """`SETTING`'s work: PyTensor's per-node funcify is `funcify_node` from now on."""
+    if choice == "pytensor":
+        return f"PyTensor's per-node cache wrappers ({ENV}=pytensor)"
+    numba_basic.numba_funcify_ensure_cache = funcify_node
+    return "policy graphs call their node functions without PyTensor's cache wrappers"
+
+
+def _undo() -> None:
+    numba_basic.numba_funcify_ensure_cache = PYTENSOR_ENSURE_CACHE
+
+
+SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state
