@@ -154,3 +154,16 @@ def test_a_stock_node_function_is_shared_by_key_within_a_process(monkeypatch, tm
 def test_the_switch_names_its_allowed_values():
     with pytest.raises(ValueError, match="PTNUMBA_CODEGEN_NODE_WRAPPERS='both': allowed values are direct, pytensor"):
         env_choice({node_wrappers.ENV: "both"}, node_wrappers.ENV, node_wrappers.ENV_VALUES)
+
+
+def test_nodes_with_one_key_and_other_types_are_not_shared(tmp_path):
+    """PyTensor's key of a MakeVector (or an AllocEmpty) leaves out how many inputs it has:
+    the argument types say it. Two functions in one process, stacking two and three
+    scalars, each get their own node function and their own values."""
+    a, b, c = pt.dscalars("a", "b", "c")
+    with numba_cache(tmp_path):
+        two = pytensor.function([a, b], pt.stack([a, b]) * 2.0, mode=ptnumba_codegen.policy_mode("default"))
+        three = pytensor.function([a, b, c], pt.stack([a, b, c]) * 2.0, mode=ptnumba_codegen.policy_mode("default"))
+        np.testing.assert_array_equal(two(1.0, 2.0), [2.0, 4.0])
+        np.testing.assert_array_equal(three(1.0, 2.0, 3.0), [2.0, 4.0, 6.0])
+    assert any(type(n.op).__name__ == "MakeVector" for n in three.maker.fgraph.apply_nodes)

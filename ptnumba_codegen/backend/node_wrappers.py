@@ -51,10 +51,20 @@ PYTENSOR_ENSURE_CACHE = numba_basic.numba_funcify_ensure_cache  # restored by `r
 _POLICY_GRAPHS: weakref.WeakSet = weakref.WeakSet()
 # set while a policy graph (and the inner graphs funcified inside it) is funcified
 _DIRECT = contextvars.ContextVar("ptnumba_codegen_direct_node_functions", default=False)
-# (PyTensor's cache key, numba fastmath setting) -> the node function first returned for it:
-# one numba function per key in a process, whichever graph calls it (PyTensor's key
-# identifies the function its dispatch builds: its disk cache relies on that too)
+# (PyTensor's cache key, numba fastmath setting, the node's input and output types) -> the
+# node function first returned for them: one numba function per key and types in a
+# process, whichever graph calls it. PyTensor's key identifies the function its dispatch
+# builds *together with the numba signature it is called with* (its disk cache stores one
+# entry per key and signature): a key leaves out what the argument types say, such as how
+# many inputs a MakeVector or an AllocEmpty has, so the types are part of this key.
 SHARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def node_types(node) -> tuple:
+    """The types of ``node``'s inputs and outputs, spelled out (dtype, rank, static shape)."""
+    if node is None:
+        return ()
+    return tuple(str(v.type) for v in node.inputs), tuple(str(v.type) for v in node.outputs)
 
 
 def mark_policy_graph(fgraph) -> None:
@@ -82,7 +92,7 @@ def funcify_node(op, node=None, **kwargs):
     fn, key = numba_basic.numba_funcify_and_cache_key(op, node=node, **kwargs)
     if key is None or is_policy_op(op):  # a policy kernel records facts about its own node (explain)
         return fn, key
-    shared_key = (key, bool(config.numba__fastmath))
+    shared_key = (key, bool(config.numba__fastmath), node_types(node))
     try:
         return SHARED[shared_key], key
     except KeyError:
