@@ -45,7 +45,8 @@ from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
-from ptnumba_codegen.as_written.compile_once import flag_free, flatten_copies
+from ptnumba_codegen.as_written.compile_once import FLAG_FREE, flag_free, flatten_copies
+from ptnumba_codegen.backend.compact import STOCK_CLASS
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.freeze import fold_exact_constants, inline_symbolic_ops
 from ptnumba_codegen.as_written.guards import add_overflow_guards
@@ -155,6 +156,13 @@ def lowering_graph(op: AsWritten):
     return graph
 
 
+def keeps_enclosing_fastmath(op) -> bool:
+    """`compile_once.flag_free`, and a compact op (`backend.compact.COMPACT`) of a flag-free
+    stock class: the same view or fill, with no floating-point arithmetic either
+    (tests/test_as_written_compile_once.py compiles both under fast math)."""
+    return flag_free(op) or STOCK_CLASS.get(type(op)) in FLAG_FREE
+
+
 @contextlib.contextmanager
 def flag_free_nodes_keep(fastmath):
     """While a copy's graph is funcified with fast math off, its `flag_free` nodes are
@@ -165,7 +173,7 @@ def flag_free_nodes_keep(fastmath):
     original = numba_basic.numba_funcify_ensure_cache
 
     def per_node(op, node=None, **kwargs):
-        if flag_free(op):
+        if keeps_enclosing_fastmath(op):
             with config.change_flags(numba__fastmath=fastmath):
                 return original(op, node=node, **kwargs)
         return original(op, node=node, **kwargs)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytensor.tensor.basic import Alloc, Split
+from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.shape import SpecifyShape
 
@@ -20,6 +21,7 @@ from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
 from ptnumba_codegen.backend import compact_dot, compact_fill
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
+from ptnumba_codegen.backend.compact_views import CompactDimShuffle
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,17 @@ COMPACT = {
         "(int-to-str, unicode) though a scalar cannot mismatch; the compact one loops",
         compact_fill.why_not_compact,
     ),
+    DimShuffle: Compact(
+        CompactDimShuffle,
+        "its view goes through numba's as_strided (an overload compiling two helpers) or a loop "
+        "of tuple_setitem behind an overload of its own; the compact one reads the axes the node "
+        "fixes in one intrinsic, or calls as_strided's own reshape_unchecked",
+    ),
 }
+
+
+# compact class -> the stock class it stands in for
+STOCK_CLASS = {row.op_class: stock for stock, row in COMPACT.items()}
 
 
 def compact_op(node):
@@ -66,4 +78,4 @@ def compact_op(node):
     return row.op_class(**{name: getattr(node.op, name) for name in node.op.__props__})
 
 
-__all__ = ["COMPACT", "Compact", "compact_op"]
+__all__ = ["COMPACT", "STOCK_CLASS", "Compact", "compact_op"]

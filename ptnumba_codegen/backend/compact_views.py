@@ -1,0 +1,115 @@
+"""``DimShuffle``'s view built in one function, without numba's ``as_strided``.
+
+PyTensor's numba ``DimShuffle`` makes its view in one of three ways, each a numba
+function calling others, each compiled in every cold process:
+
+- to a 0-d array (``new_order == ()``): ``as_strided(x, shape=(), strides=())`` after a
+  size check: numba's ``as_strided`` overload, which compiles two helpers of its own
+  (``get_shape``, ``get_strides``) before its body, ``reshape_unchecked``;
+- from a 0-d array: ``as_strided(np.asarray(x), ...)`` with a shape of ones and strides
+  of zeros;
+- otherwise: a loop over the new order filling shape and stride tuples one element at a
+  time (``tuple_setitem``), the squeeze checks, then a strided view typed with the layout
+  the shuffle preserves, behind an overload of its own.
+
+`CompactDimShuffle` is the same op (a subclass: shape inference, gradient, printing are
+DimShuffle's). Its numba function makes the same view the same way with what the node
+fixes spelled out: the same checks in the same order with the same message, the view by
+numba's own ``reshape_unchecked`` where stock's ``as_strided`` ends there, and by one
+intrinsic (`shuffled_view`) elsewhere, which reads the shape and strides the new order
+names and types the view as stock's does (PyTensor's own layout rule,
+``_dimshuffle_out_layout``). The same data, shape, strides, owner and numba type as
+stock's (tests/test_compact_views.py).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba.core import cgutils, types
+from numba.core.imputils import impl_ret_borrowed
+from numba.extending import intrinsic
+from numba.np.arrayobj import reshape_unchecked
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+from pytensor.link.numba.dispatch.elemwise import _dimshuffle_out_layout
+from pytensor.link.utils import compile_function_src
+from pytensor.tensor.elemwise import DimShuffle
+
+from ptnumba_codegen.backend.dispatch import cache_key
+
+SQUEEZE_MESSAGE = "DimShuffle: Attempting to squeeze axes with size not equal to one"  # stock's
+
+
+class CompactDimShuffle(DimShuffle):
+    """``DimShuffle`` whose numba function builds its view in one function (see above)."""
+
+
+CompactDimShuffle.__name__ = "DimShuffle"
+
+
+@functools.cache
+def shuffled_view(new_order: tuple[int, ...], unit_axes: frozenset[int]):
+    """The intrinsic ``view(x)``: ``x``'s data with the shape and strides ``new_order``
+    names (-1: a new axis of length 1 and stride 0), typed as stock's strided view."""
+
+    @intrinsic
+    def view(typingctx, arr):
+        if not isinstance(arr, types.Array):
+            return None
+        out_type = types.Array(arr.dtype, len(new_order), _dimshuffle_out_layout(arr.layout, new_order, unit_axes))
+
+        def codegen(context, builder, signature, args):
+            in_array = context.make_array(signature.args[0])(context, builder, args[0])
+            old_shape = cgutils.unpack_tuple(builder, in_array.shape)
+            old_strides = cgutils.unpack_tuple(builder, in_array.strides)
+            one, zero = context.get_constant(types.intp, 1), context.get_constant(types.intp, 0)
+            intp_t = context.get_value_type(types.intp)
+            out_array = context.make_array(out_type)(context, builder)
+            context.populate_array(
+                out_array,
+                data=in_array.data,
+                shape=cgutils.pack_array(builder, [one if o == -1 else old_shape[o] for o in new_order], ty=intp_t),
+                strides=cgutils.pack_array(builder, [zero if o == -1 else old_strides[o] for o in new_order], ty=intp_t),
+                itemsize=in_array.itemsize,
+                meminfo=in_array.meminfo,
+                parent=in_array.parent,
+            )
+            return impl_ret_borrowed(context, builder, out_type, out_array._getvalue())
+
+        return out_type(arr), codegen
+
+    return view
+
+
+def dimshuffle_source(op: DimShuffle, unit_axes: frozenset[int]) -> tuple[str, dict]:
+    """The compact function's source and globals for ``op`` (stock's three cases)."""
+    new_order = tuple(op._new_order)
+    env = {"np": np, "reshape_unchecked": reshape_unchecked, "MESSAGE": SQUEEZE_MESSAGE}
+    if new_order == ():
+        lines = ["def dimshuffle(x):", "    if not x.size == 1:", "        raise ValueError(MESSAGE)",
+                 "    return reshape_unchecked(x, (), ())"]
+    elif op.input_ndim == 0:
+        env |= {"shape": (1,) * len(new_order), "strides": (0,) * len(new_order)}
+        lines = ["def dimshuffle(x):", "    return reshape_unchecked(np.asarray(x), shape, strides)"]
+    else:
+        env["view"] = shuffled_view(new_order, unit_axes)
+        lines = ["def dimshuffle(x):"]
+        for d in op.drop:
+            lines += [f"    if x.shape[{d}] != 1:", "        raise ValueError(MESSAGE)"]
+        lines.append("    return view(x)")
+    return "\n".join(lines) + "\n", env
+
+
+@register_funcify_and_cache_key(CompactDimShuffle)
+def numba_funcify_CompactDimShuffle(op, node, **kwargs):
+    """The view and its cache key (`dispatch.cache_key`: the package's source, the new
+    order, the input's rank and its statically unit axes, as stock's key has them)."""
+    unit_axes = frozenset(axis for axis, length in enumerate(node.inputs[0].type.shape) if length == 1)
+    src, env = dimshuffle_source(op, unit_axes)
+    fn = compile_function_src(src, "dimshuffle", env)
+    return numba_basic.numba_njit(fn), cache_key("CompactDimShuffle", op.input_ndim, tuple(op._new_order), sorted(unit_axes))
+
+
+__all__ = ["CompactDimShuffle", "SQUEEZE_MESSAGE", "dimshuffle_source", "shuffled_view"]
