@@ -7,8 +7,8 @@ jitable_func(*args)``, compiled from generated source with ``cache=True``, so th
 stores each node on disk under PyTensor's key. Each wrapper is one more numba compile per
 node: numba's whole pipeline for one call, the node's IR linked in and optimized again,
 and its machine code emitted for the disk cache, though the function graph calling it
-links and compiles that IR once more. A cold compile spends about a fifth of its time
-there (docs/benchmarks.md, "Node functions without PyTensor's cache wrappers").
+links and compiles that IR once more (what that costs: docs/benchmarks.md, "Node functions
+without PyTensor's cache wrappers").
 
 For a function graph the policy's passes rewrote (`mark_policy_graph`), `configure()`
 makes the node functions the graph calls the ones PyTensor's dispatch returns, with the
