@@ -159,7 +159,7 @@ def lowering_graph(op: AsWritten):
 def keeps_enclosing_fastmath(op) -> bool:
     """`compile_once.flag_free`, and a compact op (`backend.compact.COMPACT`) of a flag-free
     stock class: the same view or fill, with no floating-point arithmetic either
-    (tests/test_as_written_compile_once.py compiles both under fast math)."""
+    (tests/test_compact_views.py compiles them under fast math)."""
     return flag_free(op) or STOCK_CLASS.get(type(op)) in FLAG_FREE
 
 

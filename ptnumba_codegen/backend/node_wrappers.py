@@ -32,6 +32,7 @@ graphs (a Scan's, an as-written copy's) follow the graph they are funcified in.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import weakref
 
@@ -93,14 +94,11 @@ def funcify_node(op, node=None, **kwargs):
     if key is None or is_policy_op(op):  # a policy kernel records facts about its own node (explain)
         return fn, key
     shared_key = (key, bool(config.numba__fastmath), node_types(node))
-    try:
-        return SHARED[shared_key], key
-    except KeyError:
-        pass
-    try:
+    shared = SHARED.get(shared_key)
+    if shared is not None:
+        return shared, key
+    with contextlib.suppress(TypeError):  # not weakly referenceable: not shared
         SHARED[shared_key] = fn
-    except TypeError:  # not weakly referenceable: not shared
-        pass
     return fn, key
 
 
