@@ -10,6 +10,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode
+from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
 from pytensor.link.numba.dispatch import basic as numba_basic
 
 import ptnumba_codegen
@@ -110,7 +111,10 @@ def _graph(scale):
     return [x], [(pt.exp(x[1:]) * scale).sum(), x[1:] * 2.0]
 
 
-def test_only_the_graph_of_a_policy_function_is_wrapped_and_stock_keeps_its_wrappers(monkeypatch, tmp_path):
+def test_a_policy_function_makes_no_wrapper_and_stock_keeps_its_wrappers(monkeypatch, tmp_path):
+    """A policy graph's nodes and the graph itself are compiled without PyTensor's cache
+    wrappers; the graph's own function is what numba caches, under PyTensor's key for the
+    graph (`node_wrappers.graph_function`). Stock wraps every keyed node and the graph."""
     node_wrappers.configure()
     made = _wrapper_sources(monkeypatch)
     v = np.array([0.5, -1.0, 2.0])
@@ -120,7 +124,14 @@ def test_only_the_graph_of_a_policy_function_is_wrapped_and_stock_keeps_its_wrap
         policy_made = list(made)
         made.clear()
         stock = pytensor.function(inputs, outputs, mode=Mode(linker="numba", optimizer="fast_run"))
-    assert [s.split("(")[0] for s in policy_made] == ["def numba_funcified_fgraph"], policy_made
+    assert policy_made == [], policy_made
+    for got, want in zip(policy(v), stock(v), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+    graph_fn = policy.vm.jit_fn.py_func
+    assert graph_fn.__name__ == "numba_funcified_fgraph" and graph_fn.__code__.co_filename == "<string>"
+    fastmath = int(bool(pytensor.config.numba__fastmath))
+    assert CACHED_SRC_FUNCTIONS[graph_fn].endswith(f"_fastmath{fastmath}_{node_wrappers.GRAPH_KEY_SUFFIX}")
+    assert [p.name for p in tmp_path.glob("*numba_funcified_fgraph*policy_graph*.nbi")], list(tmp_path.iterdir())
     assert len(made) > 1 and not any("numba_funcified_fgraph" in s for s in made[:-1]), made
     for got, want in zip(policy(v), stock(v), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-15)

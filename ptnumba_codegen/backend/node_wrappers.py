@@ -12,10 +12,13 @@ without PyTensor's cache wrappers").
 
 For a function graph the policy's passes rewrote (`mark_policy_graph`), `configure()`
 makes the node functions the graph calls the ones PyTensor's dispatch returns, with the
-same keys. What changes and what does not:
+same keys, and drops the graph's own wrapper too: PyTensor's linker compiles the graph's
+function itself as the function Python calls, cached by numba under the graph's key
+(`graph_function`); the wrapper cost one more compile of the whole graph (its IR linked in
+and optimized again, stop 45 in docs/benchmarks.md). What changes and what does not:
 
-- the graph's own key, and so its disk cache (numba caches the whole compiled function
-  graph under it), is unchanged: a warm process compiling the same function loads it;
+- the graph's key is unchanged, and numba caches the whole compiled function graph under
+  it (with `GRAPH_KEY_SUFFIX`): a warm process compiling the same function loads it;
 - nodes are no longer stored one by one, so a *different* graph sharing nodes with one
   compiled earlier compiles them again, in a later process (where PyTensor would load each
   node's wrapper from disk). In the same process, a stock node function PyTensor's
@@ -34,10 +37,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 import weakref
 
 from pytensor import config
 from pytensor.graph.fg import AbstractFunctionGraph
+from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
 from pytensor.link.numba.dispatch import basic as numba_basic
 
 from ptnumba_codegen.backend.ops import is_policy_op
@@ -45,6 +50,11 @@ from ptnumba_codegen.runtime import ProcessSetting
 
 ENV = "PTNUMBA_CODEGEN_NODE_WRAPPERS"
 ENV_VALUES = ("direct", "pytensor")  # direct (default): `funcify_node`; pytensor: PyTensor's wrappers
+
+# the suffix of the disk-cache key of a policy graph's own function (`graph_function`)
+GRAPH_KEY_SUFFIX = "policy_graph"
+# the source file a policy graph's own function is compiled as (`_in_stable_file`)
+GRAPH_SOURCE_FILE = "<string>"
 
 PYTENSOR_ENSURE_CACHE = numba_basic.numba_funcify_ensure_cache  # restored by `restore`
 
@@ -85,7 +95,7 @@ def funcify_node(op, node=None, **kwargs):
             return PYTENSOR_ENSURE_CACHE(op, node=node, **kwargs)
         token = _DIRECT.set(True)
         try:
-            return PYTENSOR_ENSURE_CACHE(op, node=node, **kwargs)  # the graph's own wrapper stays (its cache)
+            return graph_function(op, node=node, **kwargs)
         finally:
             _DIRECT.reset(token)
     if not _DIRECT.get() or not config.numba__cache:
@@ -100,6 +110,31 @@ def funcify_node(op, node=None, **kwargs):
     with contextlib.suppress(TypeError):  # not weakly referenceable: not shared
         SHARED[shared_key] = fn
     return fn, key
+
+
+def graph_function(fgraph, node=None, **kwargs):
+    """A policy graph's own function, with PyTensor's key for the graph, cached by numba
+    under that key without a wrapper: the linker compiles the function itself (its
+    ``jit_compile``, with a CPython entry point) and numba's cache finds it through
+    PyTensor's locator, which `GRAPH_KEY_SUFFIX` keeps apart from the wrapper's entries."""
+    if not config.numba__cache:
+        return PYTENSOR_ENSURE_CACHE(fgraph, node=node, **kwargs)
+    fn, key = numba_basic.numba_funcify_and_cache_key(fgraph, node=node, **kwargs)
+    if key is None:
+        return fn, key
+    py_func = _in_stable_file(fn.py_func)
+    CACHED_SRC_FUNCTIONS[py_func] = f"{key}_fastmath{int(bool(config.numba__fastmath))}_{GRAPH_KEY_SUFFIX}"
+    return numba_basic.numba_njit(py_func), key
+
+
+def _in_stable_file(py_func):
+    """``py_func`` as if compiled from ``<string>``, as PyTensor's wrappers are: numba names
+    a function's cache files after its source file, and PyTensor writes a graph's source
+    to a temporary file of a new name in every process."""
+    code = py_func.__code__.replace(co_filename=GRAPH_SOURCE_FILE)
+    new = types.FunctionType(code, py_func.__globals__, py_func.__name__, py_func.__defaults__, py_func.__closure__)
+    new.__source__ = getattr(py_func, "__source__", None)
+    return new
 
 
 def _apply(choice: str, environ) -> str:
