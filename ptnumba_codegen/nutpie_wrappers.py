@@ -10,8 +10,9 @@ pays it again, cold or warm, small model or large (what it costs: docs/benchmark
 "nutpie's C wrappers").
 
 While the switch is on (`switch.enable`), `install` has nutpie build them here instead
-(`REPLACED`): the same C signatures, the same extraction of the shared data
-(nutpie's ``make_extraction_fn``), the same return codes in the same order (-1 wrong size,
+(`REPLACED`): the same C signatures, the shared data read from nutpie's record as nutpie's
+``make_extraction_fn`` reads it (`nutpie_extraction`, which compiles in a fraction of the
+time; nutpie's own where the record is laid out otherwise), the same return codes in the same order (-1 wrong size,
 3 a gradient element not finite, 4 the logp not finite, 1 or -2 an exception), the values
 copied element by element, so the sampler reads the bits the PyTensor function returned.
 Only the two nutpie functions in `REPLACED` are swapped, and only when their parameters are
@@ -73,12 +74,23 @@ def _signature(*kinds):
     return numba.types.int64(*(types[k] for k in kinds))
 
 
+def _extraction(inner, shared_data, keys, record_dtype):
+    """``extract(x, user_data_)``: `nutpie_extraction.make_extraction`, or nutpie's own
+    ``make_extraction_fn`` for a record not laid out as `nutpie_extraction` reads it."""
+    from ptnumba_codegen.nutpie_extraction import make_extraction  # numba: imported when nutpie builds
+
+    try:
+        return make_extraction(inner, shared_data, keys, record_dtype)
+    except (KeyError, TypeError, IndexError) as err:
+        log.info("nutpie wrappers: nutpie's own extraction of the shared data (%s: %s)", type(err).__name__, err)
+        return sys.modules[MODULE].make_extraction_fn(inner, shared_data, keys, record_dtype)
+
+
 def make_c_logp_func(n_dim, logp_fn, user_data, shared_keys, shared_data):
     """nutpie's logp+gradient C wrapper (``_make_c_logp_func``), results copied by loops."""
     import numba
 
-    module = sys.modules[MODULE]
-    extract = module.make_extraction_fn(logp_fn, shared_data, shared_keys, user_data.dtype)
+    extract = _extraction(logp_fn, shared_data, shared_keys, user_data.dtype)
     c_sig = _signature("u64", "f64*", "f64*", "f64*", "void*")  # dim, x, gradient out, logp out, user data
 
     def ptnumba_nutpie_logp(dim, x_, out_, logp_, user_data_):
@@ -113,8 +125,7 @@ def make_c_expand_func(n_dim, n_expanded, expand_fn, user_data, shared_var_keys,
     """nutpie's expansion C wrapper (``_make_c_expand_func``), values copied by a loop."""
     import numba
 
-    module = sys.modules[MODULE]
-    extract = module.make_extraction_fn(expand_fn, shared_data, shared_var_keys, user_data.dtype)
+    extract = _extraction(expand_fn, shared_data, shared_var_keys, user_data.dtype)
     c_sig = _signature("u64", "u64", "f64*", "f64*", "void*")  # dim, expanded, x, values out, user data
 
     def ptnumba_nutpie_expand(dim, expanded, x_, out_, user_data_):

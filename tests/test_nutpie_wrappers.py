@@ -239,3 +239,118 @@ def test_the_wrappers_names_are_symbol_callers():
     raw, _ = nutpie_wrappers.make_c_logp_func(N, None, ncp.make_user_data({}, {}), [], {})
     raw_expand, _ = nutpie_wrappers.make_c_expand_func(N, N, None, ncp.make_user_data({}, {}), [], {})
     assert {raw.__name__, raw_expand.__name__} == set(symbol_calls.CALLERS)
+
+
+class _Shared:
+    """A stand-in for a shared variable in nutpie's ``make_user_data`` (it reads ``ndim``)."""
+
+    def __init__(self, ndim):
+        self.ndim = ndim
+
+
+def _shared_record(arrays: dict):
+    keys = {_Shared(np.ndim(v)): k for k, v in arrays.items()}
+    return ncp.make_user_data(keys, arrays)
+
+
+def _probe_inner():
+    """``inner(x, a, b, c, d)``: every value, shape, stride and dtype-dependent read of its
+    arrays folded into one float, so two extractions agree only if they hand over the same
+    arrays."""
+
+    @numba.njit(no_cpython_wrapper=True)
+    def inner(x, a, b, c, d):
+        acc = x[0]
+        for i in range(a.shape[0]):
+            for j in range(a.shape[1]):
+                acc = acc * 1.0001 + a[i, j] * (i + 1) + (j + 3)
+        for i in range(b.shape[0]):
+            acc = acc * 1.0003 + b[i]
+        acc += c[()] * 7.0
+        for i in range(d.shape[0]):
+            acc += 11.0 if d[i] else -5.0
+        acc += a.strides[0] * 1e-3 + a.strides[1] * 1e-4 + b.strides[0] * 1e-5 + b.shape[0] + d.shape[0] * 13.0
+        return acc
+
+    return inner
+
+
+def _extraction_cfunc(extract):
+    sig = numba.types.float64(numba.types.CPointer(numba.types.double), numba.types.voidptr)
+
+    def call(x_, user_data_):
+        x = numba.carray(x_, (1,))
+        try:
+            return extract(x, user_data_)
+        except Exception:  # noqa: BLE001  (as nutpie's wrappers: an exception is a return code)
+            return -1.0
+
+    return numba.cfunc(sig)(call)
+
+
+def test_the_shared_data_extraction_hands_over_nutpies_arrays():
+    """`nutpie_extraction.make_extraction` against nutpie's ``make_extraction_fn`` around
+    the same function: the same result bits for a 2-d float, 1-d int32, 0-d float and 1-d
+    bool variable; again after the record is pointed at new data of other shapes (nutpie's
+    ``update_user_data``, as its ``with_data`` does); an exception where the record's size
+    is not the product of its shape, which the wrapper's ``try`` sees (nutpie's ``reshape``
+    raises inside the inlined extraction, out of the ``try``'s sight)."""
+    from ptnumba_codegen.nutpie_extraction import make_extraction
+
+    arrays = {"a": np.arange(6.0).reshape(2, 3) / 7, "b": np.array([3, -4, 5], dtype=np.int32),
+              "c": np.array(2.5), "d": np.array([True, False, True, True])}
+    user_data = _shared_record(arrays)
+    inner = _probe_inner()
+    keys = list(arrays)
+    ours = _extraction_cfunc(make_extraction(inner, arrays, keys, user_data.dtype))
+    theirs = _extraction_cfunc(ncp.make_extraction_fn(inner, arrays, keys, user_data.dtype))
+    x = np.array([0.25])
+
+    def call(cf):
+        return np.float64(cf.ctypes(x.ctypes.data_as(DOUBLE_P), ctypes.c_void_p(user_data.ctypes.data)))
+
+    def both():
+        return call(ours), call(theirs)
+
+    got, want = both()
+    assert got.tobytes() == want.tobytes() and got != -1.0
+    updated = {"a": np.linspace(-1, 1, 12).reshape(4, 3), "b": np.array([9, 8], dtype=np.int32),
+               "c": np.array(-0.5), "d": np.array([False, True])}
+    user_data[...] = ncp.update_user_data(user_data, updated)
+    got2, want2 = both()
+    assert got2.tobytes() == want2.tobytes() and got2 not in (got, -1.0)
+    user_data["shared"]["size"]["a"] = 11  # not 4 * 3
+    assert call(ours) == -1.0
+
+
+def test_under_the_switch_a_model_with_data_is_called_by_symbol_with_its_bits():
+    """A model with ``pm.Data``: the C logp and gradient are ``logp_func(x)``'s bits, the
+    wrapper calls the function's machine code (no copy of its IR), and the sampler's draws
+    follow the data when nutpie's ``with_data`` changes it."""
+    import pymc as pm
+
+    from ptnumba_codegen.runtime import symbol_calls
+
+    rng = np.random.default_rng(5)
+    with pm.Model() as model:
+        xs = pm.Data("xs", rng.normal(size=(40, 2)))
+        ys = pm.Data("ys", rng.integers(0, 2, size=40).astype(np.int64))
+        beta = pm.Normal("beta", shape=2)
+        pm.Bernoulli("y", logit_p=xs @ beta, observed=ys)
+    with ptnumba_codegen.enabled("default"):
+        compiled = nutpie.compile_pymc_model(model)
+    library = compiled.compiled_logp_func._library
+    assert symbol_calls.is_caller(library)
+    defined = {fn.name for fn in library._final_module.functions if not fn.is_declaration}
+    assert not any("numba_funcified_fgraph" in name for name in defined)
+    for point in ([0.3, -0.2], [-1.7, 2.5]):
+        rc, logp, out = _call_logp_n(compiled, 2, point)
+        want_logp, want_grad = compiled.logp_func(np.array(point))
+        assert rc == 0
+        assert np.float64(logp).tobytes() == np.float64(want_logp).tobytes()
+        np.testing.assert_array_equal(out.view(np.uint64), np.asarray(want_grad).view(np.uint64))
+    half = compiled.with_data(xs=np.ones((40, 2)) * 0.5, ys=np.ones(40, dtype=np.int64))
+    rc, logp, out = _call_logp_n(half, 2, [0.0, 0.0])
+    assert rc == 0
+    np.testing.assert_allclose(logp, 40 * np.log(0.5) - 2 * 0.5 * np.log(2 * np.pi), rtol=1e-12)
+    np.testing.assert_allclose(out, [0.5 * 40 * 0.5, 0.5 * 40 * 0.5], rtol=1e-12)
