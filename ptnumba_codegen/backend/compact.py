@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytensor.tensor.basic import Alloc, Split
+from pytensor.tensor.basic import Alloc, MakeVector, Split, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
+from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
 from pytensor.tensor.shape import SpecifyShape
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_dot, compact_fill
+from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill
+from ptnumba_codegen.backend.compact_arrays import CompactMakeVector, CompactScalarizedJoin, CompactTensorFromScalar
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
 from ptnumba_codegen.backend.compact_views import CompactDimShuffle
@@ -31,6 +33,7 @@ class Compact:
     op_class: type
     reason: str
     why_not: Callable | None = None  # node -> None (compact) or why it keeps the stock op
+    make: Callable | None = None  # node -> the compact op (default: the compact class with the node's props)
 
 
 COMPACT = {
@@ -62,6 +65,23 @@ COMPACT = {
         "of tuple_setitem behind an overload of its own; the compact one reads the axes the node "
         "fixes in one intrinsic, or calls as_strided's own reshape_unchecked",
     ),
+    MakeVector: Compact(
+        CompactMakeVector,
+        "np.array of a list: numba compiles the list, np.array's overload and np.empty's behind it, "
+        "per argument types; the compact one stores the scalars into np.empty's own intrinsic's array",
+        compact_arrays.why_not_compact,
+    ),
+    TensorFromScalar: Compact(
+        CompactTensorFromScalar,
+        "np.array of a scalar: np.array's overload, compiled per dtype; the compact one stores the "
+        "scalar into a 0-d array from np.empty's own intrinsic",
+    ),
+    ScalarizedJoin: Compact(
+        CompactScalarizedJoin,
+        "fills np.empty(length, dtype): np.empty's overload, compiled per dtype; the compact one "
+        "fills an array from np.empty's own intrinsic",
+        make=compact_arrays.compact_scalarized_join,
+    ),
 }
 
 
@@ -75,6 +95,8 @@ def compact_op(node):
     row = COMPACT.get(type(node.op))
     if row is None or (row.why_not is not None and row.why_not(node) is not None):
         return None
+    if row.make is not None:
+        return row.make(node)
     return row.op_class(**{name: getattr(node.op, name) for name in node.op.__props__})
 
 

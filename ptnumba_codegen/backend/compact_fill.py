@@ -8,7 +8,8 @@ which compiles an error path formatting both shapes into its message
 every cold process), although a scalar source can never mismatch.
 
 `CompactAlloc` is the same op (a subclass: shape inference, gradient, printing are Alloc's)
-whose numba function allocates the same array and writes the same value to every element
+whose numba function allocates the same array (with ``np.empty``'s own intrinsic,
+`numpy_empty_nd`, not its overload: one compile less per dtype and rank) and writes the same value to every element
 with a loop nest, for exactly those nodes (`why_not_compact`): an output of at least one
 dimension and a value whose every dimension is statically 1. The value is converted to the
 output's dtype as the assignment converts it (they are the same dtype: Alloc's output has
@@ -21,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba.core import types
 from numba.extending import overload
+from numba.np.arrayobj import numpy_empty_nd
+from numba.np.numpy_support import from_dtype
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
@@ -71,13 +74,15 @@ def numba_funcify_CompactAlloc(op, node, **kwargs):
     lines = [
         f"def alloc(val, {', '.join(f'sh{d}' for d in range(ndim))}):",
         *(f"    n{d} = sh{d}.item()" for d in range(ndim)),
-        f"    res = np.empty(({''.join(f'{n}, ' for n in sizes)}), dtype=np.{dtype})",
+        f"    res = numpy_empty_nd(({''.join(f'{n}, ' for n in sizes)}), dtype, retty)",  # np.empty's body
         "    value = fill_value(val)",
         *(f"    {'    ' * d}for i{d} in range(n{d}):" for d in range(ndim)),
         f"    {'    ' * ndim}res[{', '.join(f'i{d}' for d in range(ndim))}] = value",
         "    return res",
     ]
-    fn = compile_function_src("\n".join(lines) + "\n", "alloc", {"np": np, "fill_value": fill_value})
+    env = {"fill_value": fill_value, "numpy_empty_nd": numpy_empty_nd, "dtype": np.dtype(dtype),
+           "retty": types.Array(from_dtype(np.dtype(dtype)), ndim, "C")}
+    fn = compile_function_src("\n".join(lines) + "\n", "alloc", env)
     return numba_basic.numba_njit(fn), cache_key("CompactAlloc", ndim, dtype)
 
 

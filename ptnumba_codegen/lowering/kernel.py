@@ -26,6 +26,7 @@ from numba.core.registry import cpu_target
 from numba import njit
 from numba.core.dispatcher import Dispatcher
 from numba.extending import intrinsic, overload
+from numba.np import arrayobj
 from numpy.lib.stride_tricks import as_strided
 
 from ptnumba_codegen.lowering.base import numba_type
@@ -74,7 +75,25 @@ def _scalar(finish: Finish, raw: str, dt: str) -> str:
 
 
 def _array0d(finish: Finish, raw: str, dt: str) -> str:
-    return f"np.array({raw}, dtype={dt})"
+    return f"array0d({raw}, {dt})"
+
+
+@intrinsic
+def array0d(typingctx, value, dtype):
+    """``np.array(value, dtype=dtype)`` for a scalar ``value``: a new 0-d C array (numba's
+    allocation, as ``np.empty``'s) holding ``value`` converted to ``dtype`` as ``np.array``
+    converts it, without compiling ``np.array``'s overload per dtype."""
+    if not isinstance(value, types.Number | types.Boolean) or not isinstance(dtype, types.NumberClass):
+        return None
+    aryty = types.Array(dtype.instance_type, 0, "C")
+
+    def codegen(context, builder, sig, args):
+        ary = arrayobj._empty_nd_impl(context, builder, aryty, [])
+        converted = context.cast(builder, args[0], value, aryty.dtype)
+        arrayobj.store_item(context, builder, aryty, converted, ary.data)
+        return ary._getvalue()
+
+    return aryty(value, dtype), codegen
 
 
 # Finish.kind -> (finish, raw, numpy dtype name) -> the Python expression of the node's output
@@ -380,7 +399,8 @@ class KernelImpl:
         lines = ["inline_into_caller()", *lines] if self.inline else lines
         body = "".join(f"    {line}\n" for line in lines)
         src = f"def impl(*inputs):\n{body}    return {self.returned()}\n"
-        env = {"loop": self.loop, "loop_flat": self.loop_flat, "np": np, "as_strided": as_strided, "inline_into_caller": inline_into_caller}
+        env = {"loop": self.loop, "loop_flat": self.loop_flat, "np": np, "as_strided": as_strided,
+               "inline_into_caller": inline_into_caller, "array0d": array0d}
         exec(compile(src, f"<{self.name}>", "exec"), env)
         return env["impl"]
 
