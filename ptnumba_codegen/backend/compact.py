@@ -17,9 +17,11 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
 from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.subtensor import IncSubtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill
+from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_increments
+from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_arrays import CompactMakeVector, CompactScalarizedJoin, CompactTensorFromScalar
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
@@ -81,6 +83,13 @@ COMPACT = {
         "fills np.empty(length, dtype): np.empty's overload, compiled per dtype; the compact one "
         "fills an array from np.empty's own intrinsic",
         make=compact_arrays.compact_scalarized_join,
+    ),
+    IncSubtensor: Compact(
+        CompactIncSubtensor,
+        "checks an array update with np.broadcast_to, whose implementation (_can_broadcast, "
+        "np.asarray) numba compiles per pair of types; the compact one makes _can_broadcast's test "
+        "in stock's own source",
+        compact_increments.why_not_compact,
     ),
 }
 

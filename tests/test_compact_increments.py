@@ -1,0 +1,127 @@
+"""``IncSubtensor`` with its broadcast check spelled out (`backend.compact_increments`).
+
+For increments and sets of vectors, matrices and 3-d arrays through slices (with and
+without a step) and integer indices, with updates of the target's shape, of length 1 along
+a dimension (statically and only at run time) and of lower rank: the compact function
+returns stock's array bit for bit and of stock's numba type, raises stock's error with
+stock's message where the update does not broadcast, and compiles no ``np.broadcast_to``.
+A 0-d update keeps the stock op, and a PyTensor source without the line keeps stock's
+function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor.tensor as pt
+import pytest
+from numba import njit
+from pytensor.graph.basic import Constant
+from pytensor.link.numba.dispatch.basic import numba_funcify
+from pytensor.tensor.subtensor import IncSubtensor
+
+from ptnumba_codegen.backend import compact_increments
+from ptnumba_codegen.backend.compact import compact_op
+from ptnumba_codegen.backend.compact_increments import BROADCAST_MESSAGE, CompactIncSubtensor
+
+RNG = np.random.default_rng(11)
+
+# (x static shape, index builder, y static shape, y value shape, a y shape that does not broadcast)
+CASES = [
+    ((None,), lambda x, i: x[1:], (None,), (4,), (3,)),
+    ((None,), lambda x, i: x[:-1], (1,), (1,), None),
+    ((None,), lambda x, i: x[::2], (None,), (3,), (2,)),
+    ((None, None), lambda x, i: x[i], (None,), (3,), (2,)),
+    ((None, None), lambda x, i: x[1:, :], (None, None), (3, 3), (3, 2)),
+    ((None, None), lambda x, i: x[1:, :], (None, None), (1, 3), (2, 2)),  # broadcast at run time
+    ((None, None), lambda x, i: x[:, i], (None,), (4,), (5,)),
+    ((None, None), lambda x, i: x[1:3], (1, None), (1, 3), (1, 4)),
+    ((None, None, None), lambda x, i: x[i, 1:], (None,), (2,), (3,)),  # lower rank
+    ((None, None, None), lambda x, i: x[:, i, :], (None, None), (4, 2), (4, 3)),
+    ((None, None, None), lambda x, i: x[i], (None,), (2,), (3,)),  # aligned to the trailing dimension
+]
+X_SHAPES = {1: (5,), 2: (4, 3), 3: (4, 3, 2)}
+
+
+def _nodes(case, set_instead_of_inc, inplace):
+    xshape, index, yshape, _, _ = case
+    x = pt.tensor("x", shape=xshape, dtype="float64")
+    y = pt.tensor("y", shape=yshape, dtype="float64")
+    i = pt.lscalar("i")
+    fn = pt.set_subtensor if set_instead_of_inc else pt.inc_subtensor
+    stock = fn(index(x, i), y).owner
+    if inplace:
+        op = stock.op
+        stock = IncSubtensor(op.idx_list, inplace=True, set_instead_of_inc=op.set_instead_of_inc).make_node(*stock.inputs)
+    assert type(stock.op) is IncSubtensor
+    compact = compact_op(stock)
+    assert type(compact) is CompactIncSubtensor and compact.inplace == inplace
+    return stock, compact.make_node(*stock.inputs)
+
+
+def _caller(node):
+    fn = numba_funcify(node.op, node=node)
+    names = ", ".join(f"a{k}" for k in range(len(node.inputs)))
+    env = {"fn": fn}
+    exec(f"def call({names}):\n    return fn({names})\n", env)  # noqa: S102
+    return njit(env["call"])
+
+
+def _run(node, args):
+    call = _caller(node)
+    try:
+        out = call(*[a.copy() for a in args])
+    except ValueError as err:
+        return ("raised", str(err)), None
+    return out, call.nopython_signatures[0].return_type
+
+
+def _args(case, node, yshape):
+    x = RNG.normal(size=X_SHAPES[len(case[0])])
+    args = [x, RNG.normal(size=yshape)]
+    args += [np.int64(v.data) if isinstance(v, Constant) else np.int64(1) for v in node.inputs[2:]]
+    return args
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("set_instead_of_inc", [False, True])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_the_compact_function_is_stocks(case, set_instead_of_inc, inplace):
+    stock, compact = _nodes(CASES[case], set_instead_of_inc, inplace)
+    args = _args(CASES[case], stock, CASES[case][3])
+    want, want_type = _run(stock, args)
+    got, got_type = _run(compact, args)
+    assert got_type == want_type
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    bad = CASES[case][4]
+    if bad is not None:
+        args = _args(CASES[case], stock, bad)
+        assert _run(stock, args)[0] == _run(compact, args)[0] == ("raised", BROADCAST_MESSAGE)
+
+
+def test_no_broadcast_to_in_the_compact_source():
+    stock, compact = _nodes(CASES[4], False, False)
+    fn = numba_funcify(compact.op, node=compact)
+    src = fn.py_func.__source__ if hasattr(fn.py_func, "__source__") else ""
+    stock_src = numba_funcify(stock.op, node=stock).py_func.__source__
+    assert compact_increments.BROADCAST_LINE in stock_src
+    assert "broadcast_to" not in src and "raise ValueError" in src
+
+
+def test_a_scalar_update_keeps_the_stock_op():
+    x = pt.vector("x")
+    node = pt.inc_subtensor(x[1:], pt.scalar("s")).owner
+    assert compact_increments.why_not_compact(node) is not None
+    assert compact_op(node) is None
+
+
+def test_a_source_without_the_line_keeps_stocks_function():
+    src = "def inc_subtensor(x, y):\n    z = np.copy(x)\n    return z\n"
+    assert compact_increments.compact_source(src, 1, 1) is None
+    twice = "def f(x, y):\n    np.broadcast_to(y, target.shape)\n    np.broadcast_to(y, target.shape)\n"
+    assert compact_increments.compact_source(twice, 1, 1) is None
+    once = "def f(x, y):\n    target = x\n    np.broadcast_to(y, target.shape)\n    return x\n"
+    assert compact_increments.compact_source(once, 1, 2) == (
+        "def f(x, y):\n    target = x\n"
+        f"    if y.shape[0] != target.shape[1] and y.shape[0] != 1:\n        raise ValueError({BROADCAST_MESSAGE!r})\n"
+        "    return x\n"
+    )
