@@ -5,8 +5,9 @@ nutpie passes a PyMC model's shared variables (``pm.Data``) to the compiled func
 a record (``make_user_data``): for each variable the address of its data, its size and its
 shape. nutpie's own ``make_extraction_fn`` reads them with numba's record indexing, one
 ``@overload`` per variable behind ``literal_unroll``, and builds each array with
-``numba.carray(...).reshape(shape)``: about 0.35 s of numba compiles per process on a model
-with data, logp and expansion together (docs/benchmarks.md, "nutpie's shared data").
+``numba.carray(...).reshape(shape)``: numba compiles all of it in every process that
+builds the wrappers of a model with data (what it costs: docs/benchmarks.md, stop 45,
+"nutpie's shared data read by offset").
 
 `make_extraction` builds the same ``extract(x, user_data_)``: ``inner(x, *arrays)``, each
 array C-contiguous, of the variable's dtype and rank, over the address, with the shape the

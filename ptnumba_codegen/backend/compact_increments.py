@@ -16,10 +16,9 @@ PyTensor's source does not hold the line exactly once (another PyTensor version)
 node's function is stock's, unchanged. Updates of one element (a 0-d ``y``) have no such
 check and keep the stock op.
 
-``AdvancedIncSubtensor``'s scatter makes the same check; swapped the same way it left every
-value of 14 core models as it was but one: rugby's logp moved by one ulp (a sum the policy
-lets reassociate, optimized by LLVM in a module whose other functions changed). It keeps
-the stock op (docs/benchmarks.md, stop 45).
+``AdvancedIncSubtensor``'s scatter makes the same check, but swapped the same way it moved
+the last bit of a model's logp (a sum the policy lets reassociate, optimized by LLVM in a
+module whose other code changed): it keeps the stock op (docs/benchmarks.md, stop 45).
 """
 
 from __future__ import annotations
