@@ -74,12 +74,11 @@ def why_not_compact(node) -> str | None:
     return None
 
 
-def _array_type(dtype: str, ndim: int) -> types.Array:
-    return types.Array(from_dtype(np.dtype(dtype)), ndim, "C")
-
-
-def _env(dtype: str, ndim: int) -> dict:
-    return {"numpy_empty_nd": numpy_empty_nd, "dtype": np.dtype(dtype), "retty": _array_type(dtype, ndim)}
+def empty_env(dtype: str, ndim: int) -> dict:
+    """The globals a generated function needs to call ``numpy_empty_nd(shape, dtype, retty)``
+    for a new C array of ``dtype`` and rank ``ndim`` (``np.empty``'s body, not its overload)."""
+    return {"numpy_empty_nd": numpy_empty_nd, "dtype": np.dtype(dtype),
+            "retty": types.Array(from_dtype(np.dtype(dtype)), ndim, "C")}
 
 
 @register_funcify_and_cache_key(CompactMakeVector)
@@ -94,7 +93,7 @@ def numba_funcify_CompactMakeVector(op, node, **kwargs):
         *(f"    out[{k}] = {name}[()]" for k, name in enumerate(names)),
         "    return out",
     ]
-    fn = compile_function_src("\n".join(lines) + "\n", "makevector", _env(dtype, 1))
+    fn = compile_function_src("\n".join(lines) + "\n", "makevector", empty_env(dtype, 1))
     return numba_basic.numba_njit(fn), cache_key("CompactMakeVector", n, dtype)
 
 
@@ -103,7 +102,7 @@ def numba_funcify_CompactTensorFromScalar(op, node, **kwargs):
     """The function and its cache key (the package's source and the dtype)."""
     dtype = node.outputs[0].type.dtype
     src = "def tensor_from_scalar(x):\n    out = numpy_empty_nd((), dtype, retty)\n    out[()] = x\n    return out\n"
-    fn = compile_function_src(src, "tensor_from_scalar", _env(dtype, 0))
+    fn = compile_function_src(src, "tensor_from_scalar", empty_env(dtype, 0))
     return numba_basic.numba_njit(fn), cache_key("CompactTensorFromScalar", dtype)
 
 
@@ -123,9 +122,9 @@ def numba_funcify_CompactScalarizedJoin(op, node, **kwargs):
         else:
             lines += [f"    for k in range({name}.shape[0]):", f"        out[offset] = {name}[k]", "        offset += 1"]
     lines.append("    return out")
-    fn = compile_function_src("\n".join(lines) + "\n", "scalar_join", _env(dtype, 1))
+    fn = compile_function_src("\n".join(lines) + "\n", "scalar_join", empty_env(dtype, 1))
     return numba_basic.numba_njit(fn), cache_key("CompactScalarizedJoin", dtype, is_scalar)
 
 
 __all__ = ["CompactMakeVector", "CompactScalarizedJoin", "CompactTensorFromScalar", "compact_scalarized_join",
-           "why_not_compact"]
+           "empty_env", "why_not_compact"]

@@ -19,16 +19,14 @@ its own already, with constant error messages) and 0-d outputs keep the stock op
 
 from __future__ import annotations
 
-import numpy as np
 from numba.core import types
 from numba.extending import overload
-from numba.np.arrayobj import numpy_empty_nd
-from numba.np.numpy_support import from_dtype
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
 from pytensor.tensor.basic import Alloc
 
+from ptnumba_codegen.backend.compact_arrays import empty_env
 from ptnumba_codegen.backend.dispatch import cache_key
 
 
@@ -80,9 +78,7 @@ def numba_funcify_CompactAlloc(op, node, **kwargs):
         f"    {'    ' * ndim}res[{', '.join(f'i{d}' for d in range(ndim))}] = value",
         "    return res",
     ]
-    env = {"fill_value": fill_value, "numpy_empty_nd": numpy_empty_nd, "dtype": np.dtype(dtype),
-           "retty": types.Array(from_dtype(np.dtype(dtype)), ndim, "C")}
-    fn = compile_function_src("\n".join(lines) + "\n", "alloc", env)
+    fn = compile_function_src("\n".join(lines) + "\n", "alloc", {"fill_value": fill_value, **empty_env(dtype, ndim)})
     return numba_basic.numba_njit(fn), cache_key("CompactAlloc", ndim, dtype)
 
 
