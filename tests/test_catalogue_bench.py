@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +23,7 @@ import pytest
 from ptnumba_codegen._version import GENERATOR_DIGEST
 from ptnumba_codegen.tools import bench
 from ptnumba_codegen.tools import catalogue_bench as cb
+from ptnumba_codegen.tools import modelbench as mb
 from ptnumba_codegen.tools import models as pymc_models
 
 needs_pymc = pytest.mark.skipif(not pymc_models.pymc_available(), reason="pymc is not installed")
@@ -437,10 +442,44 @@ def test_run_subprocess_blas_threads_env(monkeypatch):
 
     monkeypatch.setattr(cb.subprocess, "run", fake_run)
     monkeypatch.setattr(cb.os, "nice", lambda inc: 0)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "7")
     cb.run_subprocess({"blas_threads": 1}, 5)
     cb.run_subprocess({"blas_threads": None}, 5)
-    assert seen[0]["OPENBLAS_NUM_THREADS"] == "1" and seen[1] is None
+    assert seen[0]["OPENBLAS_NUM_THREADS"] == "1" and seen[1]["OPENBLAS_NUM_THREADS"] == "7"
     assert all(v in seen[0] for v in cb.BLAS_THREAD_VARS)
+
+
+def test_run_subprocess_runs_in_an_empty_directory_of_its_own(monkeypatch, tmp_path):
+    """The worker's working directory (first on its ``sys.path`` under ``python -m``) is a
+    new empty one, removed afterwards, never the caller's."""
+    seen = []
+
+    class Proc:
+        stdout, stderr, returncode = "", "", 1
+
+    def fake_run(cmd, **kw):
+        seen.append((kw["cwd"], os.listdir(kw["cwd"])))
+        return Proc()
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cb.subprocess, "run", fake_run)
+    cb.run_subprocess({}, 5)
+    cb.run_subprocess({}, 5)
+    (a, a_files), (b, b_files) = seen
+    assert a != b and a_files == b_files == []
+    assert str(tmp_path) not in (a, b) and not os.path.exists(a) and not os.path.exists(b)
+
+
+def test_worker_place_imports_the_package_without_the_callers_directory(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cwd, env = mb.worker_place()
+    try:
+        out = subprocess.run([sys.executable, "-c", "import sys, os, ptnumba_codegen; print(os.pathsep.join(sys.path))"],
+                             cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout
+    finally:
+        shutil.rmtree(cwd)
+    path = out.strip().split(os.pathsep)
+    assert str(tmp_path) not in path and "" not in path[1:]
 
 
 def test_nutpie_runs_twice_per_cell_and_the_summary_has_both(tmp_path):

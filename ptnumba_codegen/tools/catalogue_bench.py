@@ -329,21 +329,24 @@ def worker_main(argv) -> int:
 
 
 def run_subprocess(spec: dict, timeout: float) -> dict:
-    """`worker` in a fresh process, at niceness ``spec["nice"]`` when that is above this
+    """`worker` in a fresh process (in a working directory of its own, `modelbench.worker_place`), at niceness ``spec["nice"]`` when that is above this
     process's own (``nice -n`` adds to the caller's niceness), with ``spec["blas_threads"]``
     (when set) in `BLAS_THREAD_VARS`."""
     cmd = [sys.executable, "-m", "ptnumba_codegen.tools.catalogue_bench", "worker", json.dumps(spec)]
     increment = (spec.get("nice") or 0) - os.nice(0)
     if increment > 0 and shutil.which("nice"):
         cmd = ["nice", "-n", str(increment), *cmd]
-    env = None
+    env = dict(os.environ)
     if spec.get("blas_threads"):  # every backend's OpenBLAS alike (XLA's own pool is not OpenBLAS)
-        env = {**os.environ, **{v: str(spec["blas_threads"]) for v in BLAS_THREAD_VARS}}
+        env.update({v: str(spec["blas_threads"]) for v in BLAS_THREAD_VARS})
+    cwd, env = mb.worker_place(env)  # an empty working directory of its own
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
         rec = mb.parse_worker_output(proc.stdout, proc.stderr, proc.returncode)
     except subprocess.TimeoutExpired:
         rec = {"ok": False, "error": f"worker timed out after {timeout:g} s"}
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
     if not rec.get("ok") and "status" not in rec:
         last = (rec.get("error") or "").strip().splitlines()
         rec["status"] = "error: " + (last[0] if last else "worker failed")
@@ -683,7 +686,7 @@ def _spec(args, workdir: Path, form, model, backend, phase, rnd) -> dict:
     tag = f"{form}-{model.replace('/', '_')}-{backend}"
     timed = phase == "warm" and backend in args.timed_backends
     return {
-        "catalogue": str(args.catalogue), "model": model, "form": form, "backend": backend,
+        "catalogue": os.path.abspath(args.catalogue), "model": model, "form": form, "backend": backend,
         "phase": phase, "round": rnd, "seed": args.seed, "cores": args.cores, "nice": args.nice,
         "blas_threads": getattr(args, "blas_threads", None),
         # nutpie: an empty cache of its own, what a user's first run pays (not the user's cache,
@@ -700,7 +703,7 @@ def run(args, run_one=None, progress=None) -> Results:
     process, later rounds: warm), then nutpie if asked. ``run_one(spec) -> record``;
     ``progress(results)`` after every model (the CLI rewrites ``--json`` there)."""
     run_one = run_one or (lambda spec: run_subprocess(spec, args.timeout))
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ptnumba_catalogue_"))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ptnumba_catalogue_")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     res = Results(args.forms, args.models, args.backends)
     for form in args.forms:

@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -267,12 +268,40 @@ def parse_worker_output(stdout: str, stderr: str = "", returncode: int = 0) -> d
     return {"ok": False, "error": f"worker exited with {returncode} and no result:\n{tail}"}
 
 
+# the directory holding the ptnumba_codegen package: a worker imports it from there, whatever
+# its working directory
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def worker_place(env: dict | None = None) -> tuple[str, dict]:
+    """``(cwd, env)`` for a worker process: an empty working directory of its own, and
+    ``PYTHONPATH`` led by the package's root.
+
+    ``python -m`` puts the working directory first on ``sys.path``, and a crowded one costs
+    whichever backend's process lists it: nutpie's first trace conversion reads a package
+    version through ``importlib.metadata``, which lists every directory on the path, and a
+    process whose own compile wrote files there lists it again (0.1 s in a ``/tmp`` of
+    97,000 entries, paid by the policy and not by stock: docs/benchmarks.md)."""
+    import site
+    import tempfile
+
+    env = dict(os.environ if env is None else env)
+    # a checkout's root (an installed package is found without it; site-packages ahead of the
+    # standard library could shadow it)
+    if _PACKAGE_ROOT not in (*site.getsitepackages(), site.getusersitepackages()):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    return tempfile.mkdtemp(prefix="ptnumba_worker_"), env
+
+
 def run_worker(model_name, n, backend, opts) -> dict:
     cmd = worker_command(model_name, n, backend, opts)
+    cwd, env = worker_place()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"worker timed out after {opts.timeout} s: {' '.join(cmd)}"}
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
     rec = parse_worker_output(proc.stdout, proc.stderr, proc.returncode)
     rec.setdefault("model", model_name)
     rec.setdefault("n", int(n))
