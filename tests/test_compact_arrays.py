@@ -25,7 +25,12 @@ from pytensor.tensor.basic import MakeVector, TensorFromScalar
 from conftest import second_process_line
 from ptnumba_codegen.backend import compact_arrays
 from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_arrays import CompactMakeVector, CompactScalarizedJoin, CompactTensorFromScalar
+from ptnumba_codegen.backend.compact_arrays import (
+    CompactMakeVector,
+    CompactScalarFromTensor,
+    CompactScalarizedJoin,
+    CompactTensorFromScalar,
+)
 
 DTYPES = ["float64", "float32", "int64", "int8", "uint8", "bool"]
 
@@ -82,6 +87,25 @@ def test_tensor_from_scalar_is_stocks(dtype):
     assert got.tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scalar_from_tensor_is_stocks(dtype):
+    """The item of a 0-d array (a bool is a byte in memory, a boolean value in numba),
+    NaN payload and signed zero kept."""
+    from pytensor.tensor.basic import ScalarFromTensor
+
+    t = pt.tensor("t", dtype=dtype, shape=())
+    stock = ScalarFromTensor()(t).owner
+    compact = compact_op(stock)
+    assert type(compact) is CompactScalarFromTensor and str(compact) == str(stock.op)
+    node = compact.make_node(t)
+    values = [np.array(v, dtype=dtype) for v in ((-0.0, np.nan, -2.5) if dtype.startswith("float") else (0, 1))]
+    for value in values:
+        want, want_type = _call(stock, [value])
+        got, got_type = _call(node, [value])
+        assert got_type == want_type
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes() and type(got) is type(want)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "uint8"])
 def test_scalarized_join_is_stocks(dtype):
     """The gradient's vector of scalars and vectors: stock's ScalarizedJoin nodes (the
@@ -102,6 +126,27 @@ def test_scalarized_join_is_stocks(dtype):
         got, got_type = _call(node, args)
         assert got_type == want_type
         assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int8", "bool"])
+def test_scalarized_join_of_strided_and_empty_vectors_is_stocks(dtype):
+    """The intrinsic's copy loop: a strided vector (numba layout 'A'), an empty one, and
+    scalars between them, against stock's function on the same arguments."""
+    from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
+
+    x, v, w = pt.vector("x", dtype=dtype), pt.vector("v", dtype=dtype), pt.vector("w", dtype=dtype)
+    out = pt.concatenate([x.max()[None], v, w, x.min()[None], v])
+    fn = pytensor.function([x, v, w], out, mode="NUMBA")
+    (stock,) = [n for n in fn.maker.fgraph.apply_nodes if type(n.op) is ScalarizedJoin]
+    node = compact_op(stock).make_node(*stock.inputs)
+    base = np.array([1, 0, 1, 1, 0, 1, 1, 0], dtype=dtype) if dtype == "bool" else np.arange(8, dtype=dtype) - 3
+    strided, empty = base[::3], base[:0]
+    assert not strided.flags.c_contiguous
+    args = [a if i.type.ndim else np.dtype(dtype).type(a) for i, a in zip(stock.inputs, [base[1], strided, empty, base[2], strided])]
+    want, want_type = _call(stock, args)
+    got, got_type = _call(node, args)
+    assert got_type == want_type and got.shape == want.shape == (2 + 2 * strided.size,)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "bool"])
@@ -149,10 +194,13 @@ print("RESULT " + json.dumps({"compiled": compiled, "vals": [np.asarray(v).tolis
 """
 
 
-def test_a_policy_function_compiles_no_numpy_constructor_overload():
+def test_a_policy_function_compiles_no_numpy_constructor_overload_nor_the_nodes():
     runs = {m: json.loads(second_process_line(SECOND, (m,), "RESULT ").removeprefix("RESULT ")) for m in ("stock", "policy")}
     assert runs["policy"]["vals"] == runs["stock"]["vals"]
     overloads = ("impl_np_array", "ol_np_empty")
     assert any(c.startswith(overloads) for c in runs["stock"]["compiled"]), runs["stock"]["compiled"]
     assert not any(c.startswith(overloads) for c in runs["policy"]["compiled"]), runs["policy"]["compiled"]
-    assert "scalar_join" in runs["policy"]["compiled"], runs["policy"]["compiled"]
+    # the compact nodes are intrinsics lowered into the graph's function: no compile of their own
+    node_functions = ("scalar_join", "makevector", "tensor_from_scalar")
+    assert "scalar_join" in runs["stock"]["compiled"], runs["stock"]["compiled"]
+    assert not any(c.endswith(node_functions) for c in runs["policy"]["compiled"]), runs["policy"]["compiled"]

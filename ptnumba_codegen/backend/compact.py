@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytensor.tensor.basic import Alloc, MakeVector, Split, TensorFromScalar
+from pytensor.tensor.basic import Alloc, MakeVector, ScalarFromTensor, Split, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
@@ -22,7 +22,12 @@ from pytensor.tensor.subtensor import IncSubtensor
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
 from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_increments
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
-from ptnumba_codegen.backend.compact_arrays import CompactMakeVector, CompactScalarizedJoin, CompactTensorFromScalar
+from ptnumba_codegen.backend.compact_arrays import (
+    CompactMakeVector,
+    CompactScalarFromTensor,
+    CompactScalarizedJoin,
+    CompactTensorFromScalar,
+)
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
 from ptnumba_codegen.backend.compact_views import CompactDimShuffle
@@ -70,18 +75,24 @@ COMPACT = {
     MakeVector: Compact(
         CompactMakeVector,
         "np.array of a list: numba compiles the list, np.array's overload and np.empty's behind it, "
-        "per argument types; the compact one stores the scalars into np.empty's own intrinsic's array",
+        "per argument types; the compact one is an intrinsic storing the scalars into an array from "
+        "np.empty's own allocation inside its caller",
         compact_arrays.why_not_compact,
     ),
     TensorFromScalar: Compact(
         CompactTensorFromScalar,
-        "np.array of a scalar: np.array's overload, compiled per dtype; the compact one stores the "
-        "scalar into a 0-d array from np.empty's own intrinsic",
+        "np.array of a scalar: np.array's overload, compiled per dtype; the compact one is an "
+        "intrinsic storing the scalar into a 0-d array from np.empty's own allocation inside its caller",
+    ),
+    ScalarFromTensor: Compact(
+        CompactScalarFromTensor,
+        "a numba function of its own per dtype (x[()]), one more pipeline and LLVM module; the "
+        "compact one is an intrinsic loading the item inside its caller (lowering.node_intrinsics)",
     ),
     ScalarizedJoin: Compact(
         CompactScalarizedJoin,
         "fills np.empty(length, dtype): np.empty's overload, compiled per dtype; the compact one "
-        "fills an array from np.empty's own intrinsic",
+        "is an intrinsic filling an array from np.empty's own allocation inside its caller",
         make=compact_arrays.compact_scalarized_join,
     ),
     IncSubtensor: Compact(

@@ -7,13 +7,16 @@ overload (and for a list, a list and ``np.empty``'s overload behind it) and ``np
 in every cold process, once per argument types: shape vectors of int64, a gradient's
 scalars, a scalar's 0-d array.
 
-`CompactMakeVector`, `CompactTensorFromScalar` and `CompactScalarizedJoin` are the same ops
-(subclasses: shape inference, gradients and printing are the stock ones'). Their numba
-functions allocate the array with ``np.empty``'s own intrinsic (`numpy_empty_nd`, the whole
-of that overload's body: the same allocation, checks and numba type, 'C' layout) and store
-the elements as stock's do; an element is stored as ``np.array`` stores it, converted to the
-array's dtype, which for these nodes is the element's own (`why_not_compact`). The same
-values and types as stock's (tests/test_compact_arrays.py).
+`CompactMakeVector`, `CompactTensorFromScalar`, `CompactScalarizedJoin` and
+`CompactScalarFromTensor` are the same ops (subclasses: shape inference, gradients and
+printing are the stock ones'). Their node functions are numba intrinsics
+(`lowering.node_intrinsics`), lowered into the graph's function with no numba compile of
+their own: the array is allocated by the code that makes up all of ``np.empty``'s overload
+body (`numba_empty_nd`'s, `arrayobj._empty_nd_impl`: the same allocation, checks and numba
+type, 'C' layout) and the elements are stored as stock's stores them; an element is converted
+to the array's dtype as numba's setitem converts it, which for these nodes is the element's
+own (`why_not_compact`). `ScalarFromTensor` loads the 0-d array's item. The same values and
+types as stock's (tests/test_compact_arrays.py).
 """
 
 from __future__ import annotations
@@ -21,18 +24,16 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from numba.core import types
+from numba.core import cgutils, types
 from numba.np.arrayobj import numpy_empty_nd
 from numba.np.numpy_support import from_dtype
-from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.link.utils import compile_function_src
-from pytensor.scalar.basic import ScalarType
-from pytensor.tensor.basic import MakeVector, TensorFromScalar
+from pytensor.tensor.basic import MakeVector, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
 from pytensor.tensor.type import TensorType
 
-from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.backend.dispatch import cache_key, stock_node_function
+from ptnumba_codegen.lowering import node_intrinsics as ni
 
 
 class CompactMakeVector(MakeVector):
@@ -41,6 +42,10 @@ class CompactMakeVector(MakeVector):
 
 class CompactTensorFromScalar(TensorFromScalar):
     """``TensorFromScalar`` whose numba function stores the scalar into a 0-d array."""
+
+
+class CompactScalarFromTensor(ScalarFromTensor):
+    """``ScalarFromTensor`` whose numba function is an intrinsic loading the 0-d array's item."""
 
 
 class CompactScalarizedJoin(ScalarizedJoin):
@@ -52,6 +57,7 @@ class CompactScalarizedJoin(ScalarizedJoin):
 CompactMakeVector.__name__ = "MakeVector"
 CompactTensorFromScalar.__name__ = "TensorFromScalar"
 CompactScalarizedJoin.__name__ = "ScalarizedJoin"
+CompactScalarFromTensor.__name__ = "ScalarFromTensor"
 
 
 def compact_scalarized_join(node):
@@ -81,50 +87,138 @@ def empty_env(dtype: str, ndim: int) -> dict:
             "retty": types.Array(from_dtype(np.dtype(dtype)), ndim, "C")}
 
 
+def _element(context, builder, ty, value) -> tuple:
+    """``(value, numba type)`` of one element: a 0-d array's item, or the scalar itself."""
+    if isinstance(ty, types.Array):
+        return ni.load(context, builder, ty, ni.array_struct(context, builder, ty, value), []), ty.dtype
+    return value, ty
+
+
+def _is_element(ty) -> bool:
+    return (isinstance(ty, types.Array) and ty.ndim == 0) or isinstance(ty, types.Number | types.Boolean)
+
+
+def make_vector_intrinsic(n: int, dtype: str, stock):
+    """``makevector(x0, ..., x{n-1})``: a new C vector of ``dtype`` holding the elements
+    (``stock()``: the stock node function, `node_intrinsics.node_intrinsic`)."""
+    retty = types.Array(from_dtype(np.dtype(dtype)), 1, "C")
+
+    def typer(typingctx, arg_types):
+        if not all(_is_element(t) for t in arg_types):
+            return None
+
+        def emit(context, builder, args):
+            out = ni.new_array(context, builder, retty, [ni.intp(context, n)])
+            for k, (ty, value) in enumerate(zip(arg_types, args, strict=True)):
+                ni.store(context, builder, retty, out, [ni.intp(context, k)], *_element(context, builder, ty, value))
+            return out._getvalue()
+
+        return retty(*arg_types), emit
+
+    return ni.node_intrinsic("makevector", n, typer, stock)
+
+
+def tensor_from_scalar_intrinsic(dtype: str, stock):
+    """``tensor_from_scalar(x)``: a new 0-d C array of ``dtype`` holding ``x``."""
+    retty = types.Array(from_dtype(np.dtype(dtype)), 0, "C")
+
+    def typer(typingctx, arg_types):
+        if not _is_element(arg_types[0]):
+            return None
+
+        def emit(context, builder, args):
+            out = ni.new_array(context, builder, retty, [])
+            ni.store(context, builder, retty, out, [], *_element(context, builder, arg_types[0], args[0]))
+            return out._getvalue()
+
+        return retty(*arg_types), emit
+
+    return ni.node_intrinsic("tensor_from_scalar", 1, typer, stock)
+
+
+def scalar_from_tensor_intrinsic(stock):
+    """``scalar_from_tensor(x)``: ``x[()]``, the item of a 0-d array, of its dtype."""
+
+    def typer(typingctx, arg_types):
+        (aryty,) = arg_types
+        if not (isinstance(aryty, types.Array) and aryty.ndim == 0):
+            return None
+
+        def emit(context, builder, args):
+            return ni.load(context, builder, aryty, ni.array_struct(context, builder, aryty, args[0]), [])
+
+        return aryty.dtype(aryty), emit
+
+    return ni.node_intrinsic("scalar_from_tensor", 1, typer, stock)
+
+
+def scalar_join_intrinsic(n: int, dtype: str, stock):
+    """``scalar_join(i0, ...)``: a new C vector of ``dtype``, each scalar input one element
+    and each vector input its elements, in order (stock's ``scalar_join``)."""
+    retty = types.Array(from_dtype(np.dtype(dtype)), 1, "C")
+
+    def typer(typingctx, arg_types):
+        if not all(_is_element(t) or (isinstance(t, types.Array) and t.ndim == 1) for t in arg_types):
+            return None
+
+        def emit(context, builder, args):
+            vectors = {}
+            length = ni.intp(context, 0)
+            for k, (ty, value) in enumerate(zip(arg_types, args, strict=True)):
+                if isinstance(ty, types.Array) and ty.ndim == 1:
+                    vectors[k] = ni.array_struct(context, builder, ty, value)
+                    size = cgutils.unpack_tuple(builder, vectors[k].shape, 1)[0]
+                else:
+                    size = ni.intp(context, 1)
+                length = builder.add(length, size)
+            out = ni.new_array(context, builder, retty, [length])
+            offset = ni.intp(context, 0)
+            for k, (ty, value) in enumerate(zip(arg_types, args, strict=True)):
+                if k not in vectors:
+                    ni.store(context, builder, retty, out, [offset], *_element(context, builder, ty, value))
+                    offset = builder.add(offset, ni.intp(context, 1))
+                    continue
+                size = cgutils.unpack_tuple(builder, vectors[k].shape, 1)[0]
+                with cgutils.for_range(builder, size) as loop:
+                    item = ni.load(context, builder, ty, vectors[k], [loop.index])
+                    ni.store(context, builder, retty, out, [builder.add(offset, loop.index)], item, ty.dtype)
+                offset = builder.add(offset, size)
+            return out._getvalue()
+
+        return retty(*arg_types), emit
+
+    return ni.node_intrinsic("scalar_join", n, typer, stock)
+
+
 @register_funcify_and_cache_key(CompactMakeVector)
 def numba_funcify_CompactMakeVector(op, node, **kwargs):
-    """The function and its cache key (`dispatch.cache_key`: the package's source, the
+    """The intrinsic and its cache key (`dispatch.cache_key`: the package's source, the
     length and the dtype)."""
     n, dtype = len(node.inputs), node.outputs[0].type.dtype
-    names = [f"x{k}" for k in range(n)]
-    lines = [
-        f"def makevector({', '.join(names)}):",
-        f"    out = numpy_empty_nd(({n},), dtype, retty)",
-        *(f"    out[{k}] = {name}[()]" for k, name in enumerate(names)),
-        "    return out",
-    ]
-    fn = compile_function_src("\n".join(lines) + "\n", "makevector", empty_env(dtype, 1))
-    return numba_basic.numba_njit(fn), cache_key("CompactMakeVector", n, dtype)
+    return make_vector_intrinsic(n, dtype, stock_node_function(op, node)), cache_key("CompactMakeVector", "intrinsic", n, dtype)
 
 
 @register_funcify_and_cache_key(CompactTensorFromScalar)
 def numba_funcify_CompactTensorFromScalar(op, node, **kwargs):
-    """The function and its cache key (the package's source and the dtype)."""
+    """The intrinsic and its cache key (the package's source and the dtype)."""
     dtype = node.outputs[0].type.dtype
-    src = "def tensor_from_scalar(x):\n    out = numpy_empty_nd((), dtype, retty)\n    out[()] = x\n    return out\n"
-    fn = compile_function_src(src, "tensor_from_scalar", empty_env(dtype, 0))
-    return numba_basic.numba_njit(fn), cache_key("CompactTensorFromScalar", dtype)
+    return tensor_from_scalar_intrinsic(dtype, stock_node_function(op, node)), cache_key("CompactTensorFromScalar", "intrinsic", dtype)
+
+
+@register_funcify_and_cache_key(CompactScalarFromTensor)
+def numba_funcify_CompactScalarFromTensor(op, node, **kwargs):
+    """The intrinsic (for every dtype: the call's type says which) and its cache key."""
+    return scalar_from_tensor_intrinsic(stock_node_function(op, node)), cache_key("CompactScalarFromTensor", "intrinsic")
 
 
 @register_funcify_and_cache_key(CompactScalarizedJoin)
 def numba_funcify_CompactScalarizedJoin(op, node, **kwargs):
-    """Stock's ``scalar_join`` (a scalar input is one element, a vector its elements, in
-    order), from ``np.empty``'s intrinsic; the cache key: the package's source, the dtype
-    and which inputs are scalars."""
+    """The intrinsic and its cache key: the package's source, the dtype and the number of
+    inputs (their types, scalar or vector, are the call's)."""
     dtype = node.outputs[0].type.dtype
-    is_scalar = tuple(isinstance(inp.type, ScalarType) for inp in node.inputs)
-    names = [f"i{k}" for k in range(len(node.inputs))]
-    length = " + ".join("1" if scalar else f"{name}.shape[0]" for name, scalar in zip(names, is_scalar, strict=True))
-    lines = [f"def scalar_join({', '.join(names)}):", f"    out = numpy_empty_nd({length}, dtype, retty)", "    offset = 0"]
-    for name, scalar in zip(names, is_scalar, strict=True):
-        if scalar:
-            lines += [f"    out[offset] = {name}", "    offset += 1"]
-        else:
-            lines += [f"    for k in range({name}.shape[0]):", f"        out[offset] = {name}[k]", "        offset += 1"]
-    lines.append("    return out")
-    fn = compile_function_src("\n".join(lines) + "\n", "scalar_join", empty_env(dtype, 1))
-    return numba_basic.numba_njit(fn), cache_key("CompactScalarizedJoin", dtype, is_scalar)
+    return scalar_join_intrinsic(len(node.inputs), dtype, stock_node_function(op, node)), cache_key("CompactScalarizedJoin", "intrinsic", dtype, len(node.inputs))
 
 
-__all__ = ["CompactMakeVector", "CompactScalarizedJoin", "CompactTensorFromScalar", "compact_scalarized_join",
-           "empty_env", "why_not_compact"]
+__all__ = ["CompactMakeVector", "CompactScalarFromTensor", "CompactScalarizedJoin", "CompactTensorFromScalar", "compact_scalarized_join",
+           "empty_env", "make_vector_intrinsic", "scalar_from_tensor_intrinsic", "scalar_join_intrinsic", "tensor_from_scalar_intrinsic",
+           "why_not_compact"]

@@ -19,7 +19,9 @@ numba's own ``reshape_unchecked`` where stock's ``as_strided`` ends there, and b
 intrinsic (`shuffled_view`) elsewhere, which reads the shape and strides the new order
 names and types the view as stock's does (PyTensor's own layout rule,
 ``_dimshuffle_out_layout``). The same data, shape, strides, owner and numba type as
-stock's (tests/test_compact_views.py).
+stock's (tests/test_compact_views.py). A shuffle that drops no axis of an array checks
+nothing, and its node function is `shuffled_view` itself, lowered into the graph's function
+(`lowering.node_intrinsics`).
 """
 
 from __future__ import annotations
@@ -105,11 +107,19 @@ def dimshuffle_source(op: DimShuffle, unit_axes: frozenset[int]) -> tuple[str, d
 @register_funcify_and_cache_key(CompactDimShuffle)
 def numba_funcify_CompactDimShuffle(op, node, **kwargs):
     """The view and its cache key (`dispatch.cache_key`: the package's source, the new
-    order, the input's rank and its statically unit axes, as stock's key has them)."""
+    order, the input's rank and its statically unit axes, as stock's key has them). A
+    shuffle that drops no axis of an array is `shuffled_view` itself."""
     unit_axes = frozenset(axis for axis, length in enumerate(node.inputs[0].type.shape) if length == 1)
+    key = cache_key("CompactDimShuffle", op.input_ndim, tuple(op._new_order), sorted(unit_axes))
+    if op.input_ndim > 0 and tuple(op._new_order) and not op.drop:
+        # nothing to check: the node function is the view itself, lowered into its caller
+        # (`lowering.node_intrinsics`), no numba compile of its own
+        return shuffled_view(tuple(op._new_order), unit_axes), cache_key(key, "intrinsic")
     src, env = dimshuffle_source(op, unit_axes)
     fn = compile_function_src(src, "dimshuffle", env)
-    return numba_basic.numba_njit(fn), cache_key("CompactDimShuffle", op.input_ndim, tuple(op._new_order), sorted(unit_axes))
+    return numba_basic.numba_njit(fn), key
+
+
 
 
 __all__ = ["CompactDimShuffle", "SQUEEZE_MESSAGE", "dimshuffle_source", "shuffled_view"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import weakref
@@ -60,6 +61,20 @@ def cache_key(*parts) -> str:
     return hashlib.sha256(
         repr(("ptnumba_codegen", GENERATOR_VERSION, GENERATOR_DIGEST, exact_lanes_key(), *parts)).encode()
     ).hexdigest()
+
+
+def stock_node_function(op, node):
+    """``() -> `` the stock numba function of a compact op's node (`backend.compact`): the op
+    as its stock class (a compact class is a subclass with no state of its own), funcified
+    by PyTensor's dispatch; built when called."""
+
+    def build():
+        stock = copy.copy(op)
+        stock.__class__ = type(op).__bases__[0]
+        fn, _key = numba_funcify_and_cache_key(stock, node=node)
+        return fn
+
+    return build
 
 
 def perform_impl(node):
