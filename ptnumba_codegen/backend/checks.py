@@ -65,6 +65,8 @@ def _record_mismatch_overload(dim, actual, expected):
     return lambda dim, actual, expected: _record_mismatch_ir(dim, actual, expected)
 
 
+# The generated checks call the intrinsic itself: through the overload, numba compiled the
+# overload's lambda once per argument types in every cold process (0.03 s each).
 @intrinsic
 def _record_mismatch_ir(typingctx, dim, actual, expected):
     def codegen(context, builder, signature, args):
@@ -146,7 +148,7 @@ def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
         if not isinstance(dim.type, NoneTypeT)
     ]
     src = f"def specify_shape(x, {', '.join(names)}):\n{''.join(checks)}    return x\n"
-    fn = compile_function_src(src, "specify_shape", {"SpecifyShapeError": SpecifyShapeError, "record_mismatch": record_mismatch})
+    fn = compile_function_src(src, "specify_shape", {"SpecifyShapeError": SpecifyShapeError, "record_mismatch": _record_mismatch_ir})
     return numba_basic.numba_njit(fn), cache_key("CompactSpecifyShape", checked)
 
 
@@ -173,7 +175,7 @@ def numba_funcify_CompactSplit(op, node, **kwargs):
         "        raise SplitSizesError()",
         f"    return ({''.join(view(f's{k}', f's{k + 1}') + ', ' for k in range(n))})",
     ]
-    fn = compile_function_src("\n".join(lines) + "\n", "split", {"SplitSizesError": SplitSizesError, "record_mismatch": record_mismatch})
+    fn = compile_function_src("\n".join(lines) + "\n", "split", {"SplitSizesError": SplitSizesError, "record_mismatch": _record_mismatch_ir})
     return numba_basic.numba_njit(fn), cache_key("CompactSplit", n, axis, ndim)
 
 
