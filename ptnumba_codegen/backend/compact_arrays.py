@@ -80,11 +80,15 @@ def why_not_compact(node) -> str | None:
     return None
 
 
+def c_array(dtype: str, ndim: int) -> types.Array:
+    """numba's type of a new C array of ``dtype`` and rank ``ndim`` (``np.empty``'s)."""
+    return types.Array(from_dtype(np.dtype(dtype)), ndim, "C")
+
+
 def empty_env(dtype: str, ndim: int) -> dict:
     """The globals a generated function needs to call ``numpy_empty_nd(shape, dtype, retty)``
     for a new C array of ``dtype`` and rank ``ndim`` (``np.empty``'s body, not its overload)."""
-    return {"numpy_empty_nd": numpy_empty_nd, "dtype": np.dtype(dtype),
-            "retty": types.Array(from_dtype(np.dtype(dtype)), ndim, "C")}
+    return {"numpy_empty_nd": numpy_empty_nd, "dtype": np.dtype(dtype), "retty": c_array(dtype, ndim)}
 
 
 def _element(context, builder, ty, value) -> tuple:
@@ -101,7 +105,7 @@ def _is_element(ty) -> bool:
 def make_vector_intrinsic(n: int, dtype: str, stock):
     """``makevector(x0, ..., x{n-1})``: a new C vector of ``dtype`` holding the elements
     (``stock()``: the stock node function, `node_intrinsics.node_intrinsic`)."""
-    retty = types.Array(from_dtype(np.dtype(dtype)), 1, "C")
+    retty = c_array(dtype, 1)
 
     def typer(typingctx, arg_types):
         if not all(_is_element(t) for t in arg_types):
@@ -120,7 +124,7 @@ def make_vector_intrinsic(n: int, dtype: str, stock):
 
 def tensor_from_scalar_intrinsic(dtype: str, stock):
     """``tensor_from_scalar(x)``: a new 0-d C array of ``dtype`` holding ``x``."""
-    retty = types.Array(from_dtype(np.dtype(dtype)), 0, "C")
+    retty = c_array(dtype, 0)
 
     def typer(typingctx, arg_types):
         if not _is_element(arg_types[0]):
@@ -155,34 +159,33 @@ def scalar_from_tensor_intrinsic(stock):
 def scalar_join_intrinsic(n: int, dtype: str, stock):
     """``scalar_join(i0, ...)``: a new C vector of ``dtype``, each scalar input one element
     and each vector input its elements, in order (stock's ``scalar_join``)."""
-    retty = types.Array(from_dtype(np.dtype(dtype)), 1, "C")
+    retty = c_array(dtype, 1)
 
     def typer(typingctx, arg_types):
         if not all(_is_element(t) or (isinstance(t, types.Array) and t.ndim == 1) for t in arg_types):
             return None
 
         def emit(context, builder, args):
-            vectors = {}
-            length = ni.intp(context, 0)
+            vectors, sizes = {}, []
             for k, (ty, value) in enumerate(zip(arg_types, args, strict=True)):
                 if isinstance(ty, types.Array) and ty.ndim == 1:
                     vectors[k] = ni.array_struct(context, builder, ty, value)
-                    size = cgutils.unpack_tuple(builder, vectors[k].shape, 1)[0]
+                    sizes.append(cgutils.unpack_tuple(builder, vectors[k].shape, 1)[0])
                 else:
-                    size = ni.intp(context, 1)
+                    sizes.append(ni.intp(context, 1))
+            length = ni.intp(context, 0)
+            for size in sizes:
                 length = builder.add(length, size)
             out = ni.new_array(context, builder, retty, [length])
             offset = ni.intp(context, 0)
             for k, (ty, value) in enumerate(zip(arg_types, args, strict=True)):
-                if k not in vectors:
+                if k in vectors:
+                    with cgutils.for_range(builder, sizes[k]) as loop:
+                        item = ni.load(context, builder, ty, vectors[k], [loop.index])
+                        ni.store(context, builder, retty, out, [builder.add(offset, loop.index)], item, ty.dtype)
+                else:
                     ni.store(context, builder, retty, out, [offset], *_element(context, builder, ty, value))
-                    offset = builder.add(offset, ni.intp(context, 1))
-                    continue
-                size = cgutils.unpack_tuple(builder, vectors[k].shape, 1)[0]
-                with cgutils.for_range(builder, size) as loop:
-                    item = ni.load(context, builder, ty, vectors[k], [loop.index])
-                    ni.store(context, builder, retty, out, [builder.add(offset, loop.index)], item, ty.dtype)
-                offset = builder.add(offset, size)
+                offset = builder.add(offset, sizes[k])
             return out._getvalue()
 
         return retty(*arg_types), emit
@@ -220,5 +223,5 @@ def numba_funcify_CompactScalarizedJoin(op, node, **kwargs):
 
 
 __all__ = ["CompactMakeVector", "CompactScalarFromTensor", "CompactScalarizedJoin", "CompactTensorFromScalar", "compact_scalarized_join",
-           "empty_env", "make_vector_intrinsic", "scalar_from_tensor_intrinsic", "scalar_join_intrinsic", "tensor_from_scalar_intrinsic",
+           "c_array", "empty_env", "make_vector_intrinsic", "scalar_from_tensor_intrinsic", "scalar_join_intrinsic", "tensor_from_scalar_intrinsic",
            "why_not_compact"]

@@ -78,10 +78,12 @@ def compact_source(src: str) -> str | None:
     return "\n".join([*lines[:k], *check, *lines[k + 1 :]]) + "\n"
 
 
-def _compact_function(name, stock_fn, stock_key, op):
+@register_funcify_and_cache_key(CompactIncSubtensor)
+def numba_funcify_CompactIncSubtensor(op, node, **kwargs):
     """Stock's function with the check spelled out and its cache key (`dispatch.cache_key`:
     the package's source and the function's), or stock's own (see above). Compiled as
     stock's is, bounds checks included where stock's has them."""
+    stock_fn, stock_key = numba_funcify_default_subtensor(op, node, **kwargs)
     py_func = stock_fn.py_func
     src = compact_source(getattr(py_func, "__source__", ""))
     if src is None:
@@ -89,13 +91,6 @@ def _compact_function(name, stock_fn, stock_key, op):
         return stock_fn, stock_key
     fn = compile_function_src(src, py_func.__name__, dict(py_func.__globals__))
     options = {"boundscheck": True} if stock_fn.targetoptions.get("boundscheck") else {}
-    return numba_basic.numba_njit(fn, **options), cache_key(name, src)
-
-
-@register_funcify_and_cache_key(CompactIncSubtensor)
-def numba_funcify_CompactIncSubtensor(op, node, **kwargs):
-    stock_fn, stock_key = numba_funcify_default_subtensor(op, node, **kwargs)
-    return _compact_function("CompactIncSubtensor", stock_fn, stock_key, op)
-
+    return numba_basic.numba_njit(fn, **options), cache_key("CompactIncSubtensor", src)
 
 __all__ = ["BROADCAST_LINE", "BROADCAST_MESSAGE", "CHECK", "CompactIncSubtensor", "compact_source", "why_not_compact"]

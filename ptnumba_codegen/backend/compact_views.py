@@ -120,6 +120,4 @@ def numba_funcify_CompactDimShuffle(op, node, **kwargs):
     return numba_basic.numba_njit(fn), key
 
 
-
-
 __all__ = ["CompactDimShuffle", "SQUEEZE_MESSAGE", "dimshuffle_source", "shuffled_view"]

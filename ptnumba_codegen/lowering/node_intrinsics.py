@@ -33,7 +33,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.extending import intrinsic
 from numba.np import arrayobj
 
-from ptnumba_codegen.lowering.kernel import dry_run
+from ptnumba_codegen.lowering.kernel import define, dry_run
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -81,9 +81,7 @@ def _as_dispatcher(fn, n_args: int):
     if isinstance(fn, Dispatcher):
         return fn
     params = ", ".join(f"x{k}" for k in range(n_args))
-    env = {"fn": fn}
-    exec(compile(f"def stock_node({params}):\n    return fn({params})\n", "<ptnumba_codegen stock_node>", "exec"), env)  # noqa: S102
-    return njit(env["stock_node"])
+    return njit(define(f"def stock_node({params}):\n    return fn({params})\n", fn=fn))
 
 
 def fixed_arity_intrinsic(name: str, n_args: int, typer: Callable):
@@ -92,10 +90,8 @@ def fixed_arity_intrinsic(name: str, n_args: int, typer: Callable):
     not ``*args``: numba packs star arguments into a tuple the codegen would have to unpack,
     and PyTensor's graph calls a node function with its inputs one by one."""
     params = ", ".join(f"a{k}" for k in range(n_args))
-    env = {"typer": typer}
     src = f"def {name}(typingctx{', ' if n_args else ''}{params}):\n    return typer(typingctx, ({params}{',' if n_args else ''}))\n"
-    exec(compile(src, f"<ptnumba_codegen {name}>", "exec"), env)  # noqa: S102  (generated, no user input)
-    return intrinsic(env[name])
+    return intrinsic(define(src, typer=typer))
 
 
 def new_array(context, builder, aryty: types.Array, shape: list[ir.Value]):
