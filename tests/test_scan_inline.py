@@ -22,7 +22,7 @@ from ptnumba_codegen.tools.scan_workloads import WORKLOADS
 
 # a loop kernel's entry: numba's name for `KernelImpl.define`'s ``impl(*inputs)`` (generated
 # source, so the module is ``<dynamic>``; star arguments, unlike the scalar kernels' entries)
-ENTRY = re.compile(r"@\"?_ZN13_3cdynamic_3e4impl\w*StarArg")
+ENTRY = re.compile(r"@\"?ptnumba_entry\.")  # `own_library.build_own_function` names a kernel entry so
 # dso_local: set by LLVM while the copy is internal for code generation (`runtime.own_copies`)
 CHUNK_DEF = re.compile(r"^define linkonce_odr (?:dso_local )?i32 @(ptnumba_chunk_[0-9a-f]+)\(.*\) #(\d+) \{", re.M)
 

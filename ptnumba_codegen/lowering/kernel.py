@@ -1,15 +1,17 @@
 """Turn a (LoopSpec, PlannedBody) pair into a function numba can call.
 
-The loop is one intrinsic; it is called from an overload compiled with
-``fastmath=False`` explicitly, so numba's own fastmath pass never touches it and no
-caller's flags are inherited: the policy alone sets every flag. Outputs that need
-finishing after the loop (reduced axes squeezed out, accumulator cast to the output
-dtype, scalar results) are finished in the overload's generated Python source.
+The kernel is a Python function numba types with a Python typer (`own_library.typed_call`):
+for the caller's argument types, `KernelImpl.choose` writes the kernel's entry (run the
+loop, finish the outputs: `IR_FINISHES`) as IR into a code library of its own, compiled
+with fast-math off, so numba's own fastmath pass never touches it and no caller's flags
+are inherited: the policy alone sets every flag. An entry that needs more than that
+(copies of strided inputs, the flat twin's branch, squeezed views of partial reductions)
+is generated Python source (`KernelImpl.make`), compiled by numba with ``fastmath=False``.
 
-numba compiles the overload while it compiles its caller (the whole PyTensor function, at
-its first call), so an exception in our codegen would be the user's. The overload first
-emits the kernel into a throwaway module (`dry_run`: Python only, no LLVM compile); if
-that raises, the overload is the stock kernel's instead and the reason is recorded.
+Both are built while the caller is typed (the whole PyTensor function, at its first call),
+so an exception in our codegen would be the user's: an entry whose emission raises (or
+whose loop's dry run does, for a generated entry) is the stock kernel's instead, and the
+reason is recorded.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.core.errors import TypingError
 from numba.core.registry import cpu_target
-from numba import njit
 from numba.core.dispatcher import Dispatcher
+from numba import njit
 from numba.extending import intrinsic, overload
 from numba.np import arrayobj
 from numpy.lib.stride_tricks import as_strided
@@ -34,6 +36,15 @@ from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
 from ptnumba_codegen.lowering.chunks import emit_chunked, chunk_decision
 from ptnumba_codegen.lowering.entry import EntryInlining, inline_into_caller
+from ptnumba_codegen.lowering.own_library import (
+    ChosenCall,
+    OwnFunction,
+    as_dispatcher,
+    build_own_function,
+    call_own_function,
+    dispatcher_call,
+    typed_call,
+)
 from ptnumba_codegen.runtime.threads import ensure_threading
 
 KERNEL_JIT_OPTIONS = {
@@ -103,6 +114,51 @@ FINISHES: dict[str, Callable[[Finish, str, str], str]] = {
     "scalar": _scalar,  # a full reduction to a scalar type: the register accumulator as a numpy scalar of the output dtype
     "array0d": _array0d,  # a full reduction to a 0-d tensor: the register accumulator in a 0-d array of the output dtype
 }
+
+
+@dataclass(frozen=True)
+class IRFinish:
+    """A `Finish` written as IR in an entry of its own (`KernelImpl.own_entry`): the output's
+    numba type from the raw output's, and the emission; both as numba types and lowers the
+    Python expression `FINISHES` writes for it."""
+
+    type: Callable  # (finish, raw numba type) -> output numba type
+    emit: Callable  # (context, builder, finish, raw value, raw numba type) -> output value
+
+
+def _finish_scalar(context, builder, finish: Finish, raw, raw_type):
+    return context.cast(builder, raw, raw_type, numba_type(finish.out_dtype))
+
+
+def _finish_array0d(context, builder, finish: Finish, raw, raw_type):
+    aryty = types.Array(numba_type(finish.out_dtype), 0, "C")
+    ary = arrayobj._empty_nd_impl(context, builder, aryty, [])
+    arrayobj.store_item(context, builder, aryty, context.cast(builder, raw, raw_type, aryty.dtype), ary.data)
+    return ary._getvalue()
+
+
+# Finish.kind -> its IR form; a kind not here ("squeeze": a strided view, maybe cast) keeps
+# the generated Python entry
+IR_FINISHES: dict[str, IRFinish] = {
+    "as_is": IRFinish(lambda finish, raw_type: raw_type, lambda context, builder, finish, raw, raw_type: raw),
+    "scalar": IRFinish(lambda finish, raw_type: numba_type(finish.out_dtype), _finish_scalar),  # np.<dtype>(raw)
+    "array0d": IRFinish(lambda finish, raw_type: types.Array(numba_type(finish.out_dtype), 0, "C"), _finish_array0d),  # `array0d`
+}
+
+
+# what keeps a kernel's generated Python entry although `IR_FINISHES` covers its outputs ->
+# why. (The other cases `KernelImpl.ir_entry_covers` sends there are what `IR_FINISHES`
+# and the IR entry do not write: copies, the flat twin's branch, squeezed views.)
+GENERATED_ENTRY_WHEN: dict[str, str] = {
+    "reordered_reduction_in_entry": (
+        "its loop nest is emitted in the entry itself and reduces under a flag that lets LLVM "
+        "reorder the sum (reassoc): LLVM may inline the entry into its caller and optimize the "
+        "nest again there, so the sum's last bits depend on the code around the nest, and the "
+        "IR entry's is not the generated entry's (no reference counts around the loop): "
+        "bayesian_var_ireland's logp moved by one ulp (docs/benchmarks.md, stop 47)"
+    ),
+}
+REORDERING_REDUCE_FLAGS = frozenset({"reassoc", "fast"})
 
 
 def dry_run(emit, arg_types) -> str | None:
@@ -191,8 +247,8 @@ def define(src: str, **env):
     return env[src[4 : src.index("(")]]
 
 
-def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, chunking=None):
-    """The intrinsic emitting the loop nest and the scalar body, and its dry run."""
+def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, chunking=None) -> LoopKernel:
+    """The loop nest and the scalar body: its emission and the intrinsic running it."""
     body_types = [numba_type(d) for d in planned.program.output_dtypes]
     run_nest = functools.partial(emit_chunked, chunking=chunking) if chunked else None
 
@@ -227,9 +283,21 @@ def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = F
 
         return ret(inputs), codegen
 
-    loop.dry_run = lambda input_types: dry_run(lambda c, b, args: emit(c, b, input_types, args), input_types)
-    loop.nest_in = "chunk_function" if chunked else "entry"  # a key of entry.INLINE_ENTRY_WHEN
-    return loop
+    return LoopKernel(loop, emit, "chunk_function" if chunked else "entry")
+
+
+@dataclass(frozen=True)
+class LoopKernel:
+    """A kernel's loop: the intrinsic a generated entry calls, the emission itself
+    (``emit(context, builder, input_types, values)``, for an entry written as IR), and where
+    its nest is emitted (a key of `entry.INLINE_ENTRY_WHEN`)."""
+
+    intrinsic: object
+    emit: Callable
+    nest_in: str
+
+    def dry_run(self, input_types) -> str | None:
+        return dry_run(lambda c, b, args: self.emit(c, b, input_types, args), input_types)
 
 
 def build_kernel(
@@ -261,19 +329,17 @@ def build_kernel(
     loop_flat = None if flat is None else _loop_for(flat, planned, name, parallel, yields_to)
     finish = finish or tuple(Finish("as_is") for _ in spec.output_dtypes)
 
-    def kernel(*inputs):
-        return python_impl(*inputs)
-
-    kernel.__name__ = name
+    n_in = len(spec.input_bc)
+    params = ", ".join(f"a{k}" for k in range(n_in))
+    kernel = define(f"def {name}({params}):\n    return python_impl({params})\n", python_impl=python_impl)
     # A strided input keeps LLVM from vectorizing the loop; with libmvec calls inside that
     # costs ~8x, while a contiguous copy costs one pass over memory.
     entry = EntryInlining.of(tuple(lp.nest_in for lp in (loop, loop_flat) if lp is not None))
-    impl = KernelImpl(name, spec, finish, loop, loop_flat, planned.uses_vector_math, fallback, entry.inline)
-
-    @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
-    def _kernel_overload(*inputs):
-        return impl.make(inputs)
-
+    # the generated Python entry (`KernelImpl.make`), for the types the IR entry does not cover
+    python_entry = define(f"def {name}(*inputs):\n    return python_impl(*inputs)\n", python_impl=python_impl)
+    impl = KernelImpl(name, spec, finish, loop, loop_flat, planned.uses_vector_math, fallback, entry.inline, python_entry)
+    overload(python_entry, jit_options=KERNEL_JIT_OPTIONS)(lambda *inputs: impl.make(inputs))
+    typed_call(kernel, n_in, impl.choose)
     return kernel
 
 
@@ -294,15 +360,96 @@ class KernelImpl:
     name: str
     spec: LoopSpec
     finish: tuple[Finish, ...]
-    loop: object  # the loop intrinsic (`make_loop`)
-    loop_flat: object  # its 1-d twin over every element (`flat_spec`), or None
+    loop: LoopKernel
+    loop_flat: LoopKernel | None  # its 1-d twin over every element (`flat_spec`)
     copy_strided: bool  # strided inputs are copied contiguous first (bodies with vector calls)
     fallback: Callable | None
     inline: bool = False  # the impl asks to be inlined into its caller (`entry.EntryInlining`)
+    python_entry: Callable | None = None  # a function whose numba overload is `make`
 
     @property
     def n_out(self) -> int:
         return len(self.spec.output_dtypes)
+
+    def choose(self, typingctx, input_types) -> ChosenCall | None:
+        """The call of this kernel for ``input_types``: its entry written as IR in a library of
+        its own (`own_library`) when the entry only calls the loop and finishes scalars or
+        arrays; else the generated Python entry (`make`: copies of strided inputs, the flat
+        twin's branch, squeezed views), numba's overload of ``python_entry``. An IR entry
+        whose emission raises is the stock kernel's, decided here, while the caller is typed."""
+        input_types = tuple(input_types)
+        try:
+            own = self.own_entry(input_types) if self.ir_entry_covers(input_types) else None
+        except Exception as err:  # noqa: BLE001  (any failure of the generator)
+            if self.fallback is None:
+                raise
+            problem = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+            stock = as_dispatcher(self.fallback(f"{self.name} failed to compile: {problem}"), len(input_types))
+            return dispatcher_call(typingctx, stock, input_types, self._keep)
+        if own is None:
+            return self.generated_call(typingctx, input_types)
+        return ChosenCall(own.signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
+
+    def generated_call(self, typingctx, input_types: tuple) -> ChosenCall | None:
+        """The call of ``python_entry``'s overload (``*inputs``: numba passes them as one tuple)."""
+        fnty = typingctx.resolve_value_type(self.python_entry)
+        signature = typingctx.resolve_function_type(fnty, input_types, {})
+        if signature is None:
+            return None
+
+        def emit(context, builder, args):
+            packed = context.make_tuple(builder, signature.args[0], args)
+            return context.get_function(fnty, signature)(builder, [packed])
+
+        return ChosenCall(signature.return_type, emit)
+
+    @functools.cached_property
+    def _keep(self) -> list:
+        return []  # dispatchers this kernel calls (numba's Dispatcher type refers to them weakly)
+
+    def generated_entry_because(self) -> str | None:
+        """The key of `GENERATED_ENTRY_WHEN` that keeps this kernel's generated entry, or None."""
+        reordered = any(
+            r is not None and np.dtype(r.acc_dtype).kind in "fc" and REORDERING_REDUCE_FLAGS & set(r.flags)
+            for r in self.spec.reduces or ()
+        )
+        if reordered and "entry" in (self.loop.nest_in, self.loop_flat and self.loop_flat.nest_in):
+            return "reordered_reduction_in_entry"
+        return None
+
+    def ir_entry_covers(self, input_types) -> bool:
+        """Whether `own_entry` writes this entry: no input copied or tested for contiguity,
+        no flat twin to branch to, every output as the loop leaves it or a scalar, and no
+        reason in `GENERATED_ENTRY_WHEN` to keep the generated one."""
+        if self.generated_entry_because() is not None:
+            return False
+        _lines, loop_types, _names, in_place_strided = self.read_inputs(input_types)
+        arrays = [ty for ty in loop_types if isinstance(ty, types.Array)]
+        flat_branch = self.loop_flat is not None and arrays and all(ty.layout in "CF" for ty in arrays)
+        return (
+            tuple(loop_types) == tuple(input_types)
+            and not in_place_strided
+            and not flat_branch
+            and all(f.kind in IR_FINISHES for f in self.finish)
+        )
+
+    def own_entry(self, input_types: tuple) -> OwnFunction:
+        """The entry as IR: the loop, then each raw output finished (`IR_FINISHES`)."""
+        raw_types = self.spec.output_types(input_types)
+        out_types = [IR_FINISHES[f.kind].type(f, ty) for f, ty in zip(self.finish, raw_types, strict=True)]
+        ret = out_types[0] if self.n_out == 1 else types.Tuple(out_types)
+
+        def emit(context, builder, args):
+            raw = self.loop.emit(context, builder, input_types, args)
+            if self.n_out == 1:
+                return IR_FINISHES[self.finish[0].kind].emit(context, builder, self.finish[0], raw, raw_types[0])
+            outs = [
+                IR_FINISHES[f.kind].emit(context, builder, f, builder.extract_value(raw, i), ty)
+                for i, (f, ty) in enumerate(zip(self.finish, raw_types, strict=True))
+            ]
+            return context.make_tuple(builder, ret, outs)
+
+        return build_own_function(_dry_run_context(), self.name, ret(*input_types), emit, inline=self.inline)
 
     def make(self, input_types):
         """The impl function for ``input_types``."""
@@ -399,7 +546,7 @@ class KernelImpl:
         lines = ["inline_into_caller()", *lines] if self.inline else lines
         body = "".join(f"    {line}\n" for line in lines)
         src = f"def impl(*inputs):\n{body}    return {self.returned()}\n"
-        env = {"loop": self.loop, "loop_flat": self.loop_flat, "np": np, "as_strided": as_strided,
+        env = {"loop": self.loop.intrinsic, "loop_flat": self.loop_flat and self.loop_flat.intrinsic, "np": np, "as_strided": as_strided,
                "inline_into_caller": inline_into_caller, "array0d": array0d}
         exec(compile(src, f"<{self.name}>", "exec"), env)
         return env["impl"]

@@ -27,13 +27,12 @@ import logging
 from collections.abc import Callable
 
 from llvmlite import ir
-from numba import njit
 from numba.core import cgutils, types
-from numba.core.dispatcher import Dispatcher
 from numba.extending import intrinsic
 from numba.np import arrayobj
 
 from ptnumba_codegen.lowering.kernel import define, dry_run
+from ptnumba_codegen.lowering.own_library import as_dispatcher
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -61,7 +60,7 @@ def node_intrinsic(name: str, n_args: int, typer: Callable, stock: Callable):
         if problem is not None:
             log.info("%s falls back to the stock node function: %s", name, problem)
         if not built:
-            built.append(_as_dispatcher(stock(), n_args))
+            built.append(as_dispatcher(stock(), n_args))
         fnty = types.Dispatcher(built[0])
         signature = typingctx.resolve_function_type(fnty, tuple(arg_types), {})
         if signature is None:
@@ -73,15 +72,6 @@ def node_intrinsic(name: str, n_args: int, typer: Callable, stock: Callable):
         return signature, call_stock
 
     return fixed_arity_intrinsic(name, n_args, choose)
-
-
-def _as_dispatcher(fn, n_args: int):
-    """``fn`` if numba compiles it as a dispatcher, else a jitted function calling it (an
-    overloaded Python function, as some stock node functions are)."""
-    if isinstance(fn, Dispatcher):
-        return fn
-    params = ", ".join(f"x{k}" for k in range(n_args))
-    return njit(define(f"def stock_node({params}):\n    return fn({params})\n", fn=fn))
 
 
 def fixed_arity_intrinsic(name: str, n_args: int, typer: Callable):

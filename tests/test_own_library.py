@@ -1,0 +1,207 @@
+"""Kernel entries written as IR in a library of their own (`lowering.own_library`): no run of
+numba's pipeline per kernel, the same bits as stock's strict kernels, numba's fast-math pass
+of a caller never reaching them, errors raised to the caller, a per-node fallback when the
+emission fails."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from llvmlite import ir
+from numba import njit, types
+from numba.core import event
+
+import ptnumba_codegen
+from conftest import assert_same_bits, compile_fn, policy_nodes
+from ptnumba_codegen.lowering import kernel
+from ptnumba_codegen.lowering.own_library import ChosenCall, build_own_function, call_own_function, typed_call
+
+
+class _Compiles(event.Listener):
+    """The names and source files of the functions numba's pipeline compiles."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_start(self, ev):
+        pass
+
+    def on_end(self, ev):
+        py_func = getattr(ev.data.get("dispatcher"), "py_func", None)
+        if py_func is not None:
+            self.seen.append((py_func.__qualname__, py_func.__code__.co_filename))
+
+
+def _generated_entries(seen):
+    """Compiles of `KernelImpl.define`'s generated Python entries (source file ``<kernel name>``)."""
+    return [name for name, filename in seen if name == "impl" and filename.startswith("<policy")]
+
+
+def _outputs(x, y, m):
+    return [
+        pt.exp(x) * y + 1.0,  # an elementwise loop with a vector call: the output as the loop leaves it
+        pt.maximum(x, y).max(),  # a full reduction to a 0-d tensor (max: never reordered)
+        pt.cast(x > 0, "int64").sum(),  # an integer sum: exact in any order
+        pt.all(x < y),
+        (m * 2.0 + 1.0).T,  # a 2-d loop
+        pt.cast(x > y, "int8") * 3,
+        pt.switch(x > 0.5, pt.log(y), x * y),
+    ]
+
+
+def _values():
+    return [np.linspace(-2, 2, 11), np.linspace(1, 3, 11), np.arange(12.0).reshape(3, 4) / 7]
+
+
+def test_entries_written_as_ir_give_the_generated_entries_bits(monkeypatch):
+    x, y = pt.vectors("x", "y")
+    m = pt.matrix("m")
+    outs = _outputs(x, y, m)
+    listener = _Compiles()
+    with pytensor.config.change_flags(numba__cache=False), event.install_listener("numba:compile", listener):
+        fn = pytensor.function([x, y, m], outs, mode=ptnumba_codegen.policy_mode("default"))
+        res = fn(*_values())
+    assert not _generated_entries(listener.seen), listener.seen
+    assert any(name == "numba_funcified_fgraph" for name, _ in listener.seen), listener.seen  # the listener saw the compile
+    nodes = policy_nodes(fn)
+    assert nodes and all(ptnumba_codegen.fallback_reason(n) is None for n in nodes)
+
+    # the same kernels through the generated Python entries numba compiles
+    monkeypatch.setattr(kernel.KernelImpl, "ir_entry_covers", lambda self, input_types: False)
+    listener = _Compiles()
+    with pytensor.config.change_flags(numba__cache=False), event.install_listener("numba:compile", listener):
+        generated = pytensor.function([x, y, m], outs, mode=ptnumba_codegen.policy_mode("default"))
+        want = generated(*_values())
+    assert _generated_entries(listener.seen), listener.seen
+    for a, b in zip(res, want, strict=True):
+        assert_same_bits(a, b)
+    ref = compile_fn([x, y, m], outs, "stock_strict", cache_key="own_library_ref")(*_values())
+    for a, b in zip(res, ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-15)
+        assert np.asarray(a).dtype == np.asarray(b).dtype and np.shape(a) == np.shape(b)
+
+
+@pytest.mark.parametrize("v", [[1.0, 2.0], [-1.0, 2.0], [0.5, 4.0], [np.nan, 1.0]])
+def test_boolean_scalar_results_are_returned_in_numbas_return_form(v):
+    """A kernel reducing to boolean scalars (``all``/``any`` feeding an ``ifelse`` condition
+    and a boolean output) returns i1 values that numba's calling convention passes as i8."""
+    from pytensor.ifelse import ifelse
+
+    x = pt.vector("x")
+    outs = [ifelse(pt.all(x > 0), x.sum(), -x.sum()), pt.all(x > 0) & pt.any(x < 3)]
+    with pytensor.config.change_flags(numba__cache=False):
+        fn = pytensor.function([x], outs, mode=ptnumba_codegen.policy_mode("default"))
+    ref = compile_fn([x], outs, "stock_strict", cache_key="own_library_bool_ref")
+    for a, b in zip(fn(np.array(v)), ref(np.array(v)), strict=True):
+        assert_same_bits(a, b)
+    assert all(ptnumba_codegen.fallback_reason(n) is None for n in policy_nodes(fn))
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_a_float_sum_in_the_entry_keeps_the_generated_entry(static):
+    """`kernel.GENERATED_ENTRY_WHEN`: a reassociable float sum whose nest is in the entry (a
+    static length below the chunking threshold) keeps the generated entry: its bits depend on
+    the code LLVM optimizes it with. In a chunk function (a length known only at run time;
+    ``noinline``, the same machine code whoever calls it) the entry is written as IR."""
+    shape = (101,) if static else (None,)
+    x, y = pt.tensor("x", shape=shape), pt.tensor("y", shape=shape)
+    outs = [(x * y).sum(), pt.exp(x).sum()]
+    listener = _Compiles()
+    with pytensor.config.change_flags(numba__cache=False), event.install_listener("numba:compile", listener):
+        fn = pytensor.function([x, y], outs, mode=ptnumba_codegen.policy_mode("default"))
+        v = [np.linspace(-2, 2, 101), np.linspace(1, 3, 101)]
+        res = fn(*v)
+    assert bool(_generated_entries(listener.seen)) == static, listener.seen
+    ref = compile_fn([x, y], outs, "stock_strict", cache_key=f"own_library_sum_ref_{static}")(*v)
+    for a, b in zip(res, ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    assert all(ptnumba_codegen.fallback_reason(n) is None for n in policy_nodes(fn))
+
+
+def test_an_entry_that_needs_python_still_compiles_through_numba():
+    # a partial reduction's output is a view without the reduced axes (`Finish` "squeeze"):
+    # that entry stays generated Python source
+    m = pt.tensor3("m")
+    outs = [pt.exp(m).sum(axis=1)]
+    listener = _Compiles()
+    with pytensor.config.change_flags(numba__cache=False), event.install_listener("numba:compile", listener):
+        fn = pytensor.function([m], outs, mode=ptnumba_codegen.policy_mode("default"))
+        v = np.arange(24.0).reshape(2, 3, 4) / 11
+        res = fn(v)
+    ref = compile_fn([m], outs, "stock_strict", cache_key="own_library_squeeze_ref")(v)
+    np.testing.assert_allclose(res[0], ref[0], rtol=1e-15)  # exp: libmvec's, within its budget
+    assert res[0].dtype == ref[0].dtype and res[0].shape == ref[0].shape
+    assert _generated_entries(listener.seen), listener.seen
+
+
+def test_an_error_raised_inside_an_entry_reaches_the_caller_as_stocks_does():
+    x, y = pt.vectors("x", "y")
+    outs = [pt.exp(x) * y]
+    with pytensor.config.change_flags(numba__cache=False):
+        fn = pytensor.function([x, y], outs, mode=ptnumba_codegen.policy_mode("default"))
+    stock = compile_fn([x, y], outs, "stock_strict", cache_key="own_library_error_ref")
+    for f in (fn, stock):
+        with pytest.raises(ValueError):
+            f(np.ones(3), np.ones(4))
+    np.testing.assert_allclose(fn(np.ones(3), np.full(3, 2.0))[0], stock(np.ones(3), np.full(3, 2.0))[0], rtol=1e-15)
+
+
+def test_an_entry_whose_emission_raises_is_the_stock_kernel(monkeypatch):
+    def broken(self, input_types):
+        raise RuntimeError("injected entry failure")
+
+    monkeypatch.setattr(kernel.KernelImpl, "own_entry", broken)
+    x = pt.vector("x")
+    outs = [pt.log1p(pt.exp(x)) * 2.0]
+    with pytensor.config.change_flags(numba__cache=False):
+        fn = pytensor.function([x], outs, mode=ptnumba_codegen.policy_mode("default"))
+        v = np.linspace(-30, 30, 17)
+        res = fn(v)  # compiles at the first call: no exception
+    ref = compile_fn([x], outs, "stock_strict", cache_key="own_library_broken_ref")(v)
+    np.testing.assert_allclose(res[0], ref[0], rtol=1e-15)
+    reasons = [ptnumba_codegen.fallback_reason(n) for n in policy_nodes(fn)]
+    assert any(r and "injected entry failure" in r for r in reasons), reasons
+
+
+# --- own_library itself, on a toy node function ------------------------------------------
+
+_MARK = 1.2345678901234567  # a constant that identifies the own function's fadd in the IR
+
+
+def _add_mark(a, b):
+    return a + b + _MARK
+
+
+def _choose_add_mark(typingctx, arg_types):
+    if arg_types != (types.float64, types.float64):
+        return None
+    from ptnumba_codegen.lowering.kernel import _dry_run_context
+
+    def emit(context, builder, args):
+        total = builder.fadd(args[0], args[1])  # no fast-math flags
+        return builder.fadd(total, ir.Constant(ir.DoubleType(), _MARK))
+
+    own = build_own_function(_dry_run_context(), "add_mark", types.float64(types.float64, types.float64), emit)
+    return ChosenCall(types.float64, lambda context, builder, args: call_own_function(context, builder, own, args))
+
+
+typed_call(_add_mark, 2, _choose_add_mark)
+
+
+@njit(fastmath=True)
+def _fast_caller(a, b, c):
+    return _add_mark(a, b) * c + c
+
+
+def test_a_typed_call_is_a_python_function_outside_numba():
+    assert _add_mark(1.0, 2.0) == 1.0 + 2.0 + _MARK
+
+
+def test_a_fast_caller_does_not_give_its_flags_to_an_own_function():
+    assert _fast_caller(1.0, 2.0, 3.0) == (1.0 + 2.0 + _MARK) * 3.0 + 3.0
+    final = _fast_caller.inspect_llvm(_fast_caller.signatures[0])
+    adds = [line for line in final.splitlines() if " fadd " in line or " fmul " in line]
+    mark = [line for line in adds if "0x3FF3C0CA428C59FB" in line]
+    assert mark, adds  # the own function is linked and optimized into the caller
+    assert all(" fast " not in line and "reassoc" not in line for line in mark), mark
+    assert any(" fast " in line for line in adds if line not in mark), adds  # the caller's own are flagged
