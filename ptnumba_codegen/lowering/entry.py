@@ -1,5 +1,5 @@
-"""Whether a kernel's entry (the overload's impl `kernel.KernelImpl` generates) is inlined
-into the function calling it.
+"""Whether a kernel's entry (`kernel.KernelImpl`: written as IR in a library of its own, or
+the generated Python entry numba compiles) is inlined into the function calling it.
 
 A kernel called where LLVM does not inline its entry costs a call with its array arguments
 and results reference-counted around it (NRT_incref/NRT_decref, atomic): once per call of
@@ -13,8 +13,8 @@ the reference counts around the call pair up and numba's reference-count pruning
 Inlining the entry never changes a bit: the loop nest of a chunked loop is the chunk
 function's (``noinline``, not specialized on its call sites, `chunks.emit_chunked`), the same
 machine code whoever calls it, and every instruction keeps the flags it was given (the entry
-is compiled with fastmath off before it is linked; numba's fastmath pass rewrites the
-caller's own module only, before linking). An entry holding its loop nest itself is left
+is compiled with fastmath off in its own library before it is linked; numba's fastmath
+pass rewrites the caller's own module only, before linking). An entry holding its loop nest itself is left
 to LLVM's own choice: inlined, the nest would be optimized again in each caller.
 """
 
