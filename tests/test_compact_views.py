@@ -130,6 +130,30 @@ def test_compact_views_compile_no_as_strided_or_tuple_setitem():
     assert not any("as_strided" in ir or "tuple_setitem" in ir or "strided_view" in ir for ir in irs["compact"])
 
 
+@pytest.mark.parametrize("shape,order", [((1,), ()), ((1, 1), ()), ((None, 1), (0,)), ((1, None, 1), ("x", 1))])
+def test_a_shuffle_that_drops_axes_is_lowered_into_its_caller(shape, order):
+    """Its checks and view are a node intrinsic (`compact_views.checked_view`): numba runs no
+    pipeline for the node function, and the caller gets the compact function's view."""
+    from numba.core import event
+
+    compiled = []
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            compiled.append(getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__name__", ""))
+
+    stock, compact = _nodes(shape, order)
+    x = next(iter(_inputs(shape).values()))
+    with event.install_listener("numba:compile", Listener()):
+        got = _caller(compact)(x)
+    assert compiled == ["call"], compiled  # the caller only
+    want = _caller(stock)(x)
+    assert _view(got) == _view(want)
+
+
 @pytest.fixture(scope="module")
 def model_fns():
     x = pt.dmatrix("x")

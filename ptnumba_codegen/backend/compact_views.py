@@ -20,8 +20,10 @@ intrinsic (`shuffled_view`) elsewhere, which reads the shape and strides the new
 names and types the view as stock's does (PyTensor's own layout rule,
 ``_dimshuffle_out_layout``). The same data, shape, strides, owner and numba type as
 stock's (tests/test_compact_views.py). A shuffle that drops no axis of an array checks
-nothing, and its node function is `shuffled_view` itself, lowered into the graph's function
-(`lowering.node_intrinsics`).
+nothing, and its node function is `shuffled_view` itself, lowered into the graph's function;
+one of an array that drops axes is `checked_view`, stock's checks and the view, lowered there
+too (`lowering.node_intrinsics`: 6-7 such nodes in a small catalogue model, 10-20 ms of
+numba's pipeline each before). Only a shuffle of a 0-d array keeps a compiled function.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pytensor.link.utils import compile_function_src
 from pytensor.tensor.elemwise import DimShuffle
 
 from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.lowering.node_intrinsics import node_intrinsic
 
 SQUEEZE_MESSAGE = "DimShuffle: Attempting to squeeze axes with size not equal to one"  # stock's
 
@@ -60,29 +63,76 @@ def shuffled_view(new_order: tuple[int, ...], unit_axes: frozenset[int]):
     def view(typingctx, arr):
         if not isinstance(arr, types.Array):
             return None
-        out_type = types.Array(arr.dtype, len(new_order), _dimshuffle_out_layout(arr.layout, new_order, unit_axes))
+        out_type = view_type(arr, new_order, unit_axes)
 
         def codegen(context, builder, signature, args):
-            in_array = context.make_array(signature.args[0])(context, builder, args[0])
-            old_shape = cgutils.unpack_tuple(builder, in_array.shape)
-            old_strides = cgutils.unpack_tuple(builder, in_array.strides)
-            one, zero = context.get_constant(types.intp, 1), context.get_constant(types.intp, 0)
-            intp_t = context.get_value_type(types.intp)
-            out_array = context.make_array(out_type)(context, builder)
-            context.populate_array(
-                out_array,
-                data=in_array.data,
-                shape=cgutils.pack_array(builder, [one if o == -1 else old_shape[o] for o in new_order], ty=intp_t),
-                strides=cgutils.pack_array(builder, [zero if o == -1 else old_strides[o] for o in new_order], ty=intp_t),
-                itemsize=in_array.itemsize,
-                meminfo=in_array.meminfo,
-                parent=in_array.parent,
-            )
-            return impl_ret_borrowed(context, builder, out_type, out_array._getvalue())
+            return view_of(context, builder, signature.args[0], out_type, args[0], new_order)
 
         return out_type(arr), codegen
 
     return view
+
+
+def view_type(arr: types.Array, new_order: tuple[int, ...], unit_axes: frozenset[int]) -> types.Array:
+    """The numba type of stock's view: its strided view's (PyTensor's own layout rule), or
+    ``reshape_unchecked``'s for a view of no axis (``new_order == ()``)."""
+    if new_order == ():
+        return arr.copy(ndim=0, layout="A")
+    return types.Array(arr.dtype, len(new_order), _dimshuffle_out_layout(arr.layout, new_order, unit_axes))
+
+
+def view_of(context, builder, in_type, out_type, value, new_order: tuple[int, ...]):
+    """The view's IR: the input's data, owner and itemsize, the shape and strides
+    ``new_order`` names (-1: length 1, stride 0); a borrowed reference, as numba's views."""
+    in_array = context.make_array(in_type)(context, builder, value)
+    old_shape = cgutils.unpack_tuple(builder, in_array.shape)
+    old_strides = cgutils.unpack_tuple(builder, in_array.strides)
+    one, zero = context.get_constant(types.intp, 1), context.get_constant(types.intp, 0)
+    intp_t = context.get_value_type(types.intp)
+    out_array = context.make_array(out_type)(context, builder)
+    context.populate_array(
+        out_array,
+        data=in_array.data,
+        shape=cgutils.pack_array(builder, [one if o == -1 else old_shape[o] for o in new_order], ty=intp_t),
+        strides=cgutils.pack_array(builder, [zero if o == -1 else old_strides[o] for o in new_order], ty=intp_t),
+        itemsize=in_array.itemsize,
+        meminfo=in_array.meminfo,
+        parent=in_array.parent,
+    )
+    return impl_ret_borrowed(context, builder, out_type, out_array._getvalue())
+
+
+def squeeze_checks(context, builder, in_type, value, axes) -> None:
+    """Stock's check of a dropped axis, in its order: a length other than 1 raises
+    ``ValueError(SQUEEZE_MESSAGE)`` (for a view of no axis stock checks ``x.size == 1``,
+    which fails exactly when some length is not 1)."""
+    in_array = context.make_array(in_type)(context, builder, value)
+    shape = cgutils.unpack_tuple(builder, in_array.shape)
+    one = context.get_constant(types.intp, 1)
+    for axis in axes:
+        with builder.if_then(builder.icmp_signed("!=", shape[axis], one), likely=False):
+            context.call_conv.return_user_exc(builder, ValueError, (SQUEEZE_MESSAGE,))
+
+
+def checked_view(op: DimShuffle, unit_axes: frozenset[int], stock):
+    """The node function of a shuffle of an array that drops axes: stock's checks, then the
+    view, as a node intrinsic lowered into the graph's function (`node_intrinsics`);
+    ``stock()`` (the compact function numba compiles) if the generator cannot lower it."""
+    new_order, drop = tuple(op._new_order), tuple(op.drop)
+
+    def typer(typingctx, arg_types):
+        (arr,) = arg_types
+        if not isinstance(arr, types.Array) or arr.ndim != op.input_ndim:
+            return None
+        out_type = view_type(arr, new_order, unit_axes)
+
+        def emit(context, builder, args):
+            squeeze_checks(context, builder, arr, args[0], drop)
+            return view_of(context, builder, arr, out_type, args[0], new_order)
+
+        return out_type(arr), emit
+
+    return node_intrinsic("dimshuffle", 1, typer, stock)
 
 
 def dimshuffle_source(op: DimShuffle, unit_axes: frozenset[int]) -> tuple[str, dict]:
@@ -116,8 +166,14 @@ def numba_funcify_CompactDimShuffle(op, node, **kwargs):
         # (`lowering.node_intrinsics`), no numba compile of its own
         return shuffled_view(tuple(op._new_order), unit_axes), cache_key(key, "intrinsic")
     src, env = dimshuffle_source(op, unit_axes)
-    fn = compile_function_src(src, "dimshuffle", env)
-    return numba_basic.numba_njit(fn), key
+
+    def stock():
+        return numba_basic.numba_njit(compile_function_src(src, "dimshuffle", env))
+
+    if op.input_ndim > 0:
+        # the checks and the view lowered into the caller: no numba compile of its own
+        return checked_view(op, unit_axes, stock), cache_key(key, "checked intrinsic")
+    return stock(), key
 
 
-__all__ = ["CompactDimShuffle", "SQUEEZE_MESSAGE", "dimshuffle_source", "shuffled_view"]
+__all__ = ["CompactDimShuffle", "SQUEEZE_MESSAGE", "checked_view", "dimshuffle_source", "shuffled_view", "squeeze_checks", "view_of", "view_type"]
