@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytensor.tensor as pt
 import pytest
-from numba.core import types
+from numba import njit
+from numba.core import event, types
+from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.basic import Alloc
 
 from conftest import compile_fn, node_function_irs
@@ -74,8 +76,27 @@ def test_compact_fill_formats_no_string():
     compact_node = CompactAlloc().make_node(*stock_node.inputs)
     # a 0-d array value, as a graph passes it
     sig = (types.Array(types.float64, 0, "C"), types.Array(types.int64, 0, "C"), types.Array(types.int64, 0, "C"))
-    stock_ir, compact_ir = node_function_irs([stock_node, compact_node], sig)
+    [stock_ir] = node_function_irs([stock_node], sig)
+    # the compact node function is an intrinsic (`compact_fill.filled_array`): read it in a caller
+    fill = numba_funcify(compact_node.op, node=compact_node)
+    caller = njit(lambda v, a, b: fill(v, a, b))
+    compiled = []
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            compiled.append(getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__name__", ""))
+
+    with event.install_listener("numba:compile", Listener()):
+        caller.compile(sig)
+    assert compiled == ["<lambda>"], compiled  # the caller only: no pipeline for the fill
+    compact_ir = caller.inspect_llvm(sig)
     assert "unicode" in stock_ir and "unicode" not in compact_ir
+    ones = np.ones((), dtype="int64")
+    got = caller(np.array(2.5), ones * 2, ones * 3)
+    assert got.shape == (2, 3) and got.flags.c_contiguous and (got == 2.5).all()
 
 
 def test_why_not():

@@ -130,8 +130,8 @@ def test_compact_views_compile_no_as_strided_or_tuple_setitem():
     assert not any("as_strided" in ir or "tuple_setitem" in ir or "strided_view" in ir for ir in irs["compact"])
 
 
-@pytest.mark.parametrize("shape,order", [((1,), ()), ((1, 1), ()), ((None, 1), (0,)), ((1, None, 1), ("x", 1))])
-def test_a_shuffle_that_drops_axes_is_lowered_into_its_caller(shape, order):
+@pytest.mark.parametrize("shape,order", [((1,), ()), ((1, 1), ()), ((None, 1), (0,)), ((1, None, 1), ("x", 1)), ((), ("x",)), ((), ("x", "x"))])
+def test_a_shuffle_that_drops_axes_or_of_a_0d_array_is_lowered_into_its_caller(shape, order):
     """Its checks and view are a node intrinsic (`compact_views.checked_view`): numba runs no
     pipeline for the node function, and the caller gets the compact function's view."""
     from numba.core import event

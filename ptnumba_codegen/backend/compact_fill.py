@@ -10,7 +10,9 @@ every cold process), although a scalar source can never mismatch.
 `CompactAlloc` is the same op (a subclass: shape inference, gradient, printing are Alloc's)
 whose numba function allocates the same array (with ``np.empty``'s own intrinsic,
 `numpy_empty_nd`, not its overload: one compile less per dtype and rank) and writes the same value to every element
-with a loop nest, for exactly those nodes (`why_not_compact`): an output of at least one
+with a loop nest, for exactly those nodes (`why_not_compact`). That function is a node
+intrinsic lowered into the graph's function (`filled_array`, `lowering.node_intrinsics`: no
+numba compile of its own; the compiled function is its per-node fallback): an output of at least one
 dimension and a value whose every dimension is statically 1. The value is converted to the
 output's dtype as the assignment converts it (they are the same dtype: Alloc's output has
 its value's). Stock's other fills (a value that varies along a dimension: a loop nest of
@@ -19,14 +21,16 @@ its own already, with constant error messages) and 0-d outputs keep the stock op
 
 from __future__ import annotations
 
-from numba.core import types
+from numba.core import cgutils, types
+from numba.np import arrayobj
 from numba.extending import overload
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
 from pytensor.tensor.basic import Alloc
 
-from ptnumba_codegen.backend.compact_arrays import empty_env
+from ptnumba_codegen.backend.compact_arrays import _element, _is_element, c_array, empty_env
+from ptnumba_codegen.lowering import node_intrinsics as ni
 from ptnumba_codegen.backend.dispatch import cache_key
 
 
@@ -62,12 +66,8 @@ def _fill_value_overload(val):
     return lambda val: val
 
 
-@register_funcify_and_cache_key(CompactAlloc)
-def numba_funcify_CompactAlloc(op, node, **kwargs):
-    """The fill and its cache key (`dispatch.cache_key`: the package's source, the output's
-    rank and dtype)."""
-    ndim = len(node.inputs) - 1
-    dtype = node.outputs[0].type.dtype
+def alloc_source(ndim: int) -> str:
+    """The compact function's source: the sizes, ``np.empty``'s body, the fill."""
     sizes = [f"n{d}" for d in range(ndim)]
     lines = [
         f"def alloc(val, {', '.join(f'sh{d}' for d in range(ndim))}):",
@@ -78,8 +78,55 @@ def numba_funcify_CompactAlloc(op, node, **kwargs):
         f"    {'    ' * ndim}res[{', '.join(f'i{d}' for d in range(ndim))}] = value",
         "    return res",
     ]
-    fn = compile_function_src("\n".join(lines) + "\n", "alloc", {"fill_value": fill_value, **empty_env(dtype, ndim)})
-    return numba_basic.numba_njit(fn), cache_key("CompactAlloc", ndim, dtype)
+    return "\n".join(lines) + "\n"
+
+
+def filled_array(ndim: int, dtype: str, stock):
+    """The node function as a node intrinsic lowered into the graph's function
+    (`node_intrinsics`): the same allocation as the compact function's (`np.empty`'s), the
+    value read as `fill_value` reads it and stored in every element, in C order. Stores only,
+    no arithmetic. ``stock()`` (the compact function numba compiles) for other types."""
+    out_type = c_array(dtype, ndim)
+
+    def typer(typingctx, arg_types):
+        val, *shape = arg_types
+        if not all(_is_element(ty) and isinstance(getattr(ty, "dtype", ty), types.Integer) for ty in shape):
+            return None
+        if not isinstance(val, types.Number | types.Boolean | types.Array):
+            return None
+
+        def emit(context, builder, args):
+            # the sizes as the compact function's ``sh.item()``, checked and cast by numba's own
+            # parse of np.empty's shape (a negative size raises its ValueError)
+            items = [_element(context, builder, ty, v) for ty, v in zip(shape, args[1:], strict=True)]
+            shape_type = types.Tuple([ty for _v, ty in items])
+            sizes = arrayobj._parse_shape(context, builder, shape_type, context.make_tuple(builder, shape_type, [v for v, _ty in items]))
+            res = ni.new_array(context, builder, out_type, sizes)
+            if isinstance(val, types.Array):
+                zero = ni.intp(context, 0)
+                value, value_type = ni.load(context, builder, val, ni.array_struct(context, builder, val, args[0]), [zero] * val.ndim), val.dtype
+            else:
+                value, value_type = args[0], val
+            with cgutils.loop_nest(builder, sizes, sizes[0].type) as index:
+                ni.store(context, builder, out_type, res, list(index), value, value_type)
+            return res._getvalue()
+
+        return out_type(*arg_types), emit
+
+    return ni.node_intrinsic("alloc", ndim + 1, typer, stock)
+
+
+@register_funcify_and_cache_key(CompactAlloc)
+def numba_funcify_CompactAlloc(op, node, **kwargs):
+    """The fill (`filled_array`) and its cache key (`dispatch.cache_key`: the package's
+    source, the output's rank and dtype)."""
+    ndim = len(node.inputs) - 1
+    dtype = node.outputs[0].type.dtype
+
+    def stock():
+        return numba_basic.numba_njit(compile_function_src(alloc_source(ndim), "alloc", {"fill_value": fill_value, **empty_env(dtype, ndim)}))
+
+    return filled_array(ndim, dtype, stock), cache_key("CompactAlloc", ndim, dtype, "intrinsic")
 
 
 __all__ = ["CompactAlloc", "fill_value", "why_not_compact"]

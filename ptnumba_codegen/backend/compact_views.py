@@ -22,8 +22,8 @@ names and types the view as stock's does (PyTensor's own layout rule,
 stock's (tests/test_compact_views.py). A shuffle that drops no axis of an array checks
 nothing, and its node function is `shuffled_view` itself, lowered into the graph's function;
 one of an array that drops axes is `checked_view`, stock's checks and the view, lowered there
-too (`lowering.node_intrinsics`: 6-7 such nodes in a small catalogue model, 10-20 ms of
-numba's pipeline each before). Only a shuffle of a 0-d array keeps a compiled function.
+too, and so is one of a 0-d array (`lowering.node_intrinsics`: 6-9 such nodes in a small
+catalogue model, 10-25 ms of numba's pipeline each before).
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def shuffled_view(new_order: tuple[int, ...], unit_axes: frozenset[int]):
 
 def view_type(arr: types.Array, new_order: tuple[int, ...], unit_axes: frozenset[int]) -> types.Array:
     """The numba type of stock's view: its strided view's (PyTensor's own layout rule), or
-    ``reshape_unchecked``'s for a view of no axis (``new_order == ()``)."""
-    if new_order == ():
-        return arr.copy(ndim=0, layout="A")
+    ``reshape_unchecked``'s for a view of no axis (``new_order == ()``) or of a 0-d array."""
+    if new_order == () or arr.ndim == 0:
+        return arr.copy(ndim=len(new_order), layout="A")
     return types.Array(arr.dtype, len(new_order), _dimshuffle_out_layout(arr.layout, new_order, unit_axes))
 
 
@@ -115,9 +115,11 @@ def squeeze_checks(context, builder, in_type, value, axes) -> None:
 
 
 def checked_view(op: DimShuffle, unit_axes: frozenset[int], stock):
-    """The node function of a shuffle of an array that drops axes: stock's checks, then the
-    view, as a node intrinsic lowered into the graph's function (`node_intrinsics`);
-    ``stock()`` (the compact function numba compiles) if the generator cannot lower it."""
+    """The node function of a shuffle that drops axes (stock's checks, then the view) or of a
+    0-d array (a view of length-1 axes with stride 0, as stock's ``reshape_unchecked`` of
+    ``np.asarray(x)``, which is ``x`` for an array): a node intrinsic lowered into the graph's
+    function (`node_intrinsics`); ``stock()`` (the compact function numba compiles) if the
+    generator cannot lower it (a scalar where stock's ``np.asarray`` makes an array)."""
     new_order, drop = tuple(op._new_order), tuple(op.drop)
 
     def typer(typingctx, arg_types):
@@ -170,10 +172,8 @@ def numba_funcify_CompactDimShuffle(op, node, **kwargs):
     def stock():
         return numba_basic.numba_njit(compile_function_src(src, "dimshuffle", env))
 
-    if op.input_ndim > 0:
-        # the checks and the view lowered into the caller: no numba compile of its own
-        return checked_view(op, unit_axes, stock), cache_key(key, "checked intrinsic")
-    return stock(), key
+    # the checks and the view lowered into the caller: no numba compile of its own
+    return checked_view(op, unit_axes, stock), cache_key(key, "checked intrinsic")
 
 
 __all__ = ["CompactDimShuffle", "SQUEEZE_MESSAGE", "checked_view", "dimshuffle_source", "shuffled_view", "squeeze_checks", "view_of", "view_type"]
