@@ -10,10 +10,10 @@ every cold process), although a scalar source can never mismatch.
 `CompactAlloc` is the same op (a subclass: shape inference, gradient, printing are Alloc's)
 whose numba function allocates the same array (with ``np.empty``'s own intrinsic,
 `numpy_empty_nd`, not its overload: one compile less per dtype and rank) and writes the same value to every element
-with a loop nest, for exactly those nodes (`why_not_compact`). That function is a node
+with a loop nest, for exactly those nodes (`why_not_compact`): an output of at least one
+dimension and a value whose every dimension is statically 1. That function is a node
 intrinsic lowered into the graph's function (`filled_array`, `lowering.node_intrinsics`: no
-numba compile of its own; the compiled function is its per-node fallback): an output of at least one
-dimension and a value whose every dimension is statically 1. The value is converted to the
+numba compile of its own; the compiled function is its per-node fallback). The value is converted to the
 output's dtype as the assignment converts it (they are the same dtype: Alloc's output has
 its value's). Stock's other fills (a value that varies along a dimension: a loop nest of
 its own already, with constant error messages) and 0-d outputs keep the stock op.
