@@ -103,9 +103,17 @@ def node_function_irs(nodes, sig) -> list[str]:
     functions have no CPython wrapper: a direct call would crash)."""
     from pytensor.link.numba.dispatch.basic import numba_funcify
 
+    from numba import njit
+    from numba.core.dispatcher import Dispatcher
+
     irs = []
     for node in nodes:
         fn = numba_funcify(node.op, node=node)
+        if not isinstance(fn, Dispatcher):  # a node intrinsic (`node_intrinsics`): read it in a caller
+            params = ", ".join(f"a{k}" for k in range(len(sig)))
+            env = {"fn": fn}
+            exec(f"def call({params}):\n    return fn({params})\n", env)
+            fn = njit(env["call"])
         fn.compile(sig)
         irs.append(fn.inspect_llvm(sig))
     return irs

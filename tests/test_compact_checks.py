@@ -247,3 +247,36 @@ def test_pass_keeps_the_nodes_own_output_types():
     assert type(swapped.op) is CompactSplit
     assert [o.type.shape for o in swapped.outputs] == [(1,), (None,)]
     assert str(swapped.op) == str(op)
+
+
+def test_a_specify_shape_is_lowered_into_its_caller_and_raises_the_same_error():
+    """`checks.checked_shape`: no numba pipeline for the node function, the same view of ``x``,
+    and a mismatch raises `SpecifyShapeError` with stock's message, in dim order."""
+    from numba import njit
+    from numba.core import event
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    x = pt.tensor3("x")
+    n, m = pt.lscalar("n"), pt.lscalar("m")
+    stock_node = pt.specify_shape(x, (n, None, m)).owner
+    node = CompactSpecifyShape().make_node(*stock_node.inputs)
+    fn = numba_funcify(node.op, node=node)
+    caller = njit(lambda a, b, c, d: fn(a, b, c, d))
+    compiled = []
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            compiled.append(getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__name__", ""))
+
+    arr = np.zeros((2, 5, 3))
+    with event.install_listener("numba:compile", Listener()):
+        got = caller(arr, np.array(2), None, np.array(3))
+    assert compiled == ["<lambda>"], compiled
+    assert got.__array_interface__["data"][0] == arr.__array_interface__["data"][0] and got.shape == arr.shape
+    for bad, dim, actual, expected in [((3, 5, 3), 0, 3, 2), ((2, 5, 4), 2, 4, 3), ((4, 1, 9), 0, 4, 2)]:
+        with pytest.raises(SpecifyShapeError) as err:
+            caller(np.zeros(bad), np.array(2), None, np.array(3))
+        assert str(err.value) == f"SpecifyShape: dim {dim} of input has shape {actual}, expected {expected}."

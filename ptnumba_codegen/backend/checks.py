@@ -14,7 +14,9 @@ shape inference and the gradient are SpecifyShape's) whose numba function compar
 same integers and, on a mismatch, keeps the three integers in a record (`MISMATCH_SYMBOL`)
 and raises `SpecifyShapeError`, whose constructor reads them: the exception formats the
 stock message in Python, so ``str(err)`` is the stock text and ``except AssertionError``
-still catches it. `CompactSplit` is ``Split`` the same way: the same checks in the same order
+still catches it. Its node function is a node intrinsic lowered into the graph's function
+(`checked_shape`, `lowering.node_intrinsics`: no numba compile of its own; the generated
+function is its per-node fallback). `CompactSplit` is ``Split`` the same way: the same checks in the same order
 with the same messages (`SplitSizesError`, a ``ValueError``, for the sum), and the same views,
 sliced in generated source rather than through ``np.cumsum`` and ``np.split`` (two more numba
 overloads a cold process compiles). `backend.compact` lists both, `passes.compact_checks` puts them in the graph (figures:
@@ -28,7 +30,8 @@ import ctypes
 
 from llvmlite import binding as llvm
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
+from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
 
 from pytensor.link.numba.dispatch import basic as numba_basic
@@ -38,7 +41,9 @@ from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
+from ptnumba_codegen.backend.compact_arrays import _element
 from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.lowering import node_intrinsics as ni
 
 
 # The last mismatch a compact check found: (dim, actual, expected); dim is `SPLIT_SUM` for a
@@ -70,17 +75,20 @@ def _record_mismatch_overload(dim, actual, expected):
 @intrinsic
 def _record_mismatch_ir(typingctx, dim, actual, expected):
     def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        record_type = ir.ArrayType(i64, len(_MISMATCH))
-        record = builder.module.globals.get(MISMATCH_SYMBOL) or ir.GlobalVariable(
-            builder.module, record_type, MISMATCH_SYMBOL
-        )
-        for i, (value, ty) in enumerate(zip(args, signature.args, strict=True)):
-            value = context.cast(builder, value, ty, types.int64)
-            builder.store(value, builder.gep(record, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)]))
+        record_mismatch_ir(context, builder, list(zip(args, signature.args, strict=True)))
         return context.get_dummy_value()
 
     return types.none(dim, actual, expected), codegen
+
+
+def record_mismatch_ir(context, builder, typed_values) -> None:
+    """Store ``(dim, actual, expected)`` (LLVM values with their numba types) in the record."""
+    i64 = ir.IntType(64)
+    record_type = ir.ArrayType(i64, len(_MISMATCH))
+    record = builder.module.globals.get(MISMATCH_SYMBOL) or ir.GlobalVariable(builder.module, record_type, MISMATCH_SYMBOL)
+    for i, (value, ty) in enumerate(typed_values):
+        value = context.cast(builder, value, ty, types.int64)
+        builder.store(value, builder.gep(record, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)]))
 
 
 class SpecifyShapeError(AssertionError):
@@ -137,7 +145,8 @@ CompactSplit.__name__ = "Split"
 @register_funcify_and_cache_key(CompactSpecifyShape)
 def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
     """The numba function and its cache key (`dispatch.cache_key`: the package's source,
-    and the checked dims the function is generated from)."""
+    and the checked dims the function is generated from): `checked_shape`, a node intrinsic,
+    with the generated function below as its per-node fallback."""
     names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
     checked = tuple(not isinstance(dim.type, NoneTypeT) for dim in node.inputs[1:])
     checks = [
@@ -148,8 +157,45 @@ def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
         if not isinstance(dim.type, NoneTypeT)
     ]
     src = f"def specify_shape(x, {', '.join(names)}):\n{''.join(checks)}    return x\n"
-    fn = compile_function_src(src, "specify_shape", {"SpecifyShapeError": SpecifyShapeError, "record_mismatch": _record_mismatch_ir})
-    return numba_basic.numba_njit(fn), cache_key("CompactSpecifyShape", checked)
+
+    def stock():
+        env = {"SpecifyShapeError": SpecifyShapeError, "record_mismatch": _record_mismatch_ir}
+        return numba_basic.numba_njit(compile_function_src(src, "specify_shape", env))
+
+    return checked_shape(checked, stock), cache_key("CompactSpecifyShape", checked, "intrinsic")
+
+
+def checked_shape(checked: tuple[bool, ...], stock):
+    """``specify_shape(x, *shape)`` lowered into the graph's function (`node_intrinsics`): for
+    each checked dim in order, ``x.shape[i] != shape_i.item()`` records the three integers
+    and raises ``SpecifyShapeError(i)``, as the generated function does; then ``x``."""
+
+    def typer(typingctx, arg_types):
+        x, *shape = arg_types
+        if not isinstance(x, types.Array) or x.ndim != len(checked):
+            return None
+        for ty, check in zip(shape, checked, strict=True):
+            element = ty.dtype if isinstance(ty, types.Array) and ty.ndim == 0 else ty
+            if check and not isinstance(element, types.Integer):
+                return None
+
+        def emit(context, builder, args):
+            array = ni.array_struct(context, builder, x, args[0])
+            sizes = cgutils.unpack_tuple(builder, array.shape)
+            for i, (ty, value, check) in enumerate(zip(shape, args[1:], checked, strict=True)):
+                if not check:
+                    continue
+                expected, expected_type = _element(context, builder, ty, value)
+                wide = context.cast(builder, expected, expected_type, types.int64)
+                with builder.if_then(builder.icmp_signed("!=", sizes[i], wide), likely=False):
+                    dim = context.get_constant(types.int64, i)
+                    record_mismatch_ir(context, builder, [(dim, types.int64), (sizes[i], types.intp), (expected, expected_type)])
+                    context.call_conv.return_user_exc(builder, SpecifyShapeError, (i,))
+            return impl_ret_borrowed(context, builder, x, args[0])
+
+        return x(*arg_types), emit
+
+    return ni.node_intrinsic("specify_shape", len(checked) + 1, typer, stock)
 
 
 @register_funcify_and_cache_key(CompactSplit)
