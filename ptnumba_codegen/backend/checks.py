@@ -41,7 +41,6 @@ from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
-from ptnumba_codegen.backend.compact_arrays import _element
 from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
@@ -185,7 +184,7 @@ def checked_shape(checked: tuple[bool, ...], stock):
             for i, (ty, value, check) in enumerate(zip(shape, args[1:], checked, strict=True)):
                 if not check:
                     continue
-                expected, expected_type = _element(context, builder, ty, value)
+                expected, expected_type = ni.element(context, builder, ty, value)
                 wide = context.cast(builder, expected, expected_type, types.int64)
                 with builder.if_then(builder.icmp_signed("!=", sizes[i], wide), likely=False):
                     dim = context.get_constant(types.int64, i)

@@ -91,30 +91,19 @@ def empty_env(dtype: str, ndim: int) -> dict:
     return {"numpy_empty_nd": numpy_empty_nd, "dtype": np.dtype(dtype), "retty": c_array(dtype, ndim)}
 
 
-def _element(context, builder, ty, value) -> tuple:
-    """``(value, numba type)`` of one element: a 0-d array's item, or the scalar itself."""
-    if isinstance(ty, types.Array):
-        return ni.load(context, builder, ty, ni.array_struct(context, builder, ty, value), []), ty.dtype
-    return value, ty
-
-
-def _is_element(ty) -> bool:
-    return (isinstance(ty, types.Array) and ty.ndim == 0) or isinstance(ty, types.Number | types.Boolean)
-
-
 def make_vector_intrinsic(n: int, dtype: str, stock):
     """``makevector(x0, ..., x{n-1})``: a new C vector of ``dtype`` holding the elements
     (``stock()``: the stock node function, `node_intrinsics.node_intrinsic`)."""
     retty = c_array(dtype, 1)
 
     def typer(typingctx, arg_types):
-        if not all(_is_element(t) for t in arg_types):
+        if not all(ni.is_element(t) for t in arg_types):
             return None
 
         def emit(context, builder, args):
             out = ni.new_array(context, builder, retty, [ni.intp(context, n)])
             for k, (ty, value) in enumerate(zip(arg_types, args, strict=True)):
-                ni.store(context, builder, retty, out, [ni.intp(context, k)], *_element(context, builder, ty, value))
+                ni.store(context, builder, retty, out, [ni.intp(context, k)], *ni.element(context, builder, ty, value))
             return out._getvalue()
 
         return retty(*arg_types), emit
@@ -127,12 +116,12 @@ def tensor_from_scalar_intrinsic(dtype: str, stock):
     retty = c_array(dtype, 0)
 
     def typer(typingctx, arg_types):
-        if not _is_element(arg_types[0]):
+        if not ni.is_element(arg_types[0]):
             return None
 
         def emit(context, builder, args):
             out = ni.new_array(context, builder, retty, [])
-            ni.store(context, builder, retty, out, [], *_element(context, builder, arg_types[0], args[0]))
+            ni.store(context, builder, retty, out, [], *ni.element(context, builder, arg_types[0], args[0]))
             return out._getvalue()
 
         return retty(*arg_types), emit
@@ -162,7 +151,7 @@ def scalar_join_intrinsic(n: int, dtype: str, stock):
     retty = c_array(dtype, 1)
 
     def typer(typingctx, arg_types):
-        if not all(_is_element(t) or (isinstance(t, types.Array) and t.ndim == 1) for t in arg_types):
+        if not all(ni.is_element(t) or (isinstance(t, types.Array) and t.ndim == 1) for t in arg_types):
             return None
 
         def emit(context, builder, args):
@@ -184,7 +173,7 @@ def scalar_join_intrinsic(n: int, dtype: str, stock):
                         item = ni.load(context, builder, ty, vectors[k], [loop.index])
                         ni.store(context, builder, retty, out, [builder.add(offset, loop.index)], item, ty.dtype)
                 else:
-                    ni.store(context, builder, retty, out, [offset], *_element(context, builder, ty, value))
+                    ni.store(context, builder, retty, out, [offset], *ni.element(context, builder, ty, value))
                 offset = builder.add(offset, sizes[k])
             return out._getvalue()
 

@@ -29,7 +29,7 @@ from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
 from pytensor.tensor.basic import Alloc
 
-from ptnumba_codegen.backend.compact_arrays import _element, _is_element, c_array, empty_env
+from ptnumba_codegen.backend.compact_arrays import c_array, empty_env
 from ptnumba_codegen.lowering import node_intrinsics as ni
 from ptnumba_codegen.backend.dispatch import cache_key
 
@@ -90,7 +90,7 @@ def filled_array(ndim: int, dtype: str, stock):
 
     def typer(typingctx, arg_types):
         val, *shape = arg_types
-        if not all(_is_element(ty) and isinstance(getattr(ty, "dtype", ty), types.Integer) for ty in shape):
+        if not all(ni.is_element(ty) and isinstance(getattr(ty, "dtype", ty), types.Integer) for ty in shape):
             return None
         if not isinstance(val, types.Number | types.Boolean | types.Array):
             return None
@@ -98,7 +98,7 @@ def filled_array(ndim: int, dtype: str, stock):
         def emit(context, builder, args):
             # the sizes as the compact function's ``sh.item()``, checked and cast by numba's own
             # parse of np.empty's shape (a negative size raises its ValueError)
-            items = [_element(context, builder, ty, v) for ty, v in zip(shape, args[1:], strict=True)]
+            items = [ni.element(context, builder, ty, v) for ty, v in zip(shape, args[1:], strict=True)]
             shape_type = types.Tuple([ty for _v, ty in items])
             sizes = arrayobj._parse_shape(context, builder, shape_type, context.make_tuple(builder, shape_type, [v for v, _ty in items]))
             res = ni.new_array(context, builder, out_type, sizes)

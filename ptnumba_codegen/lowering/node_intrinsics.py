@@ -104,8 +104,19 @@ def store(context, builder, aryty: types.Array, ary, index: list[ir.Value], valu
     arrayobj.store_item(context, builder, aryty, converted, cgutils.get_item_pointer(context, builder, aryty, ary, index))
 
 
+def element(context, builder, ty, value) -> tuple:
+    """``(value, numba type)`` of one element: a 0-d array's item, or the scalar itself."""
+    if isinstance(ty, types.Array):
+        return load(context, builder, ty, array_struct(context, builder, ty, value), []), ty.dtype
+    return value, ty
+
+
+def is_element(ty) -> bool:
+    return (isinstance(ty, types.Array) and ty.ndim == 0) or isinstance(ty, types.Number | types.Boolean)
+
+
 def intp(context, value: int) -> ir.Value:
     return context.get_constant(types.intp, value)
 
 
-__all__ = ["array_struct", "fixed_arity_intrinsic", "intp", "load", "new_array", "node_intrinsic", "store"]
+__all__ = ["array_struct", "element", "is_element", "fixed_arity_intrinsic", "intp", "load", "new_array", "node_intrinsic", "store"]
