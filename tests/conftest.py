@@ -6,6 +6,7 @@ once per process (keyed by a name the test chooses) and reused.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -96,6 +97,24 @@ def compile_fn(inputs, outputs, backend: str, *, cache_key=None, inspect_ir=Fals
 def final_ir(fn) -> str:
     """The final optimized LLVM IR of a function compiled with ``inspect_ir=True``."""
     return "\n".join(fn.vm.jit_fn.inspect_llvm().values())
+
+
+@contextlib.contextmanager
+def numba_compiles():
+    """The names of the functions numba's pipeline compiles inside the block, in order."""
+    from numba.core import event
+
+    names: list[str] = []
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            names.append(getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__name__", ""))
+
+    with event.install_listener("numba:compile", Listener()):
+        yield names
 
 
 def node_function_irs(nodes, sig) -> list[str]:

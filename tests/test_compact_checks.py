@@ -20,7 +20,7 @@ from pytensor.graph.basic import Apply
 from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 
-from conftest import compile_fn, node_function_irs
+from conftest import compile_fn, node_function_irs, numba_compiles
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit, SpecifyShapeError, SplitSizesError
 from ptnumba_codegen.backend.compact import COMPACT
 from ptnumba_codegen.passes.compact_checks import CompactChecks
@@ -253,7 +253,6 @@ def test_a_specify_shape_is_lowered_into_its_caller_and_raises_the_same_error():
     """`checks.checked_shape`: no numba pipeline for the node function, the same view of ``x``,
     and a mismatch raises `SpecifyShapeError` with stock's message, in dim order."""
     from numba import njit
-    from numba.core import event
     from pytensor.link.numba.dispatch.basic import numba_funcify
 
     x = pt.tensor3("x")
@@ -262,17 +261,9 @@ def test_a_specify_shape_is_lowered_into_its_caller_and_raises_the_same_error():
     node = CompactSpecifyShape().make_node(*stock_node.inputs)
     fn = numba_funcify(node.op, node=node)
     caller = njit(lambda a, b, c, d: fn(a, b, c, d))
-    compiled = []
-
-    class Listener(event.Listener):
-        def on_start(self, ev):
-            pass
-
-        def on_end(self, ev):
-            compiled.append(getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__name__", ""))
 
     arr = np.zeros((2, 5, 3))
-    with event.install_listener("numba:compile", Listener()):
+    with numba_compiles() as compiled:
         got = caller(arr, np.array(2), None, np.array(3))
     assert compiled == ["<lambda>"], compiled
     assert got.__array_interface__["data"][0] == arr.__array_interface__["data"][0] and got.shape == arr.shape

@@ -12,11 +12,11 @@ import numpy as np
 import pytensor.tensor as pt
 import pytest
 from numba import njit
-from numba.core import event, types
+from numba.core import types
 from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.basic import Alloc
 
-from conftest import compile_fn, node_function_irs
+from conftest import compile_fn, node_function_irs, numba_compiles
 from ptnumba_codegen.backend.compact_fill import CompactAlloc, why_not_compact
 
 
@@ -80,16 +80,8 @@ def test_compact_fill_formats_no_string():
     # the compact node function is an intrinsic (`compact_fill.filled_array`): read it in a caller
     fill = numba_funcify(compact_node.op, node=compact_node)
     caller = njit(lambda v, a, b: fill(v, a, b))
-    compiled = []
 
-    class Listener(event.Listener):
-        def on_start(self, ev):
-            pass
-
-        def on_end(self, ev):
-            compiled.append(getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__name__", ""))
-
-    with event.install_listener("numba:compile", Listener()):
+    with numba_compiles() as compiled:
         caller.compile(sig)
     assert compiled == ["<lambda>"], compiled  # the caller only: no pipeline for the fill
     compact_ir = caller.inspect_llvm(sig)

@@ -20,7 +20,7 @@ from numba import njit
 from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.elemwise import DimShuffle
 
-from conftest import compile_fn
+from conftest import compile_fn, numba_compiles
 from ptnumba_codegen.backend.compact_views import SQUEEZE_MESSAGE, CompactDimShuffle
 
 # (input static shape, new order): stock's three cases
@@ -134,20 +134,11 @@ def test_compact_views_compile_no_as_strided_or_tuple_setitem():
 def test_a_shuffle_that_drops_axes_or_of_a_0d_array_is_lowered_into_its_caller(shape, order):
     """Its checks and view are a node intrinsic (`compact_views.checked_view`): numba runs no
     pipeline for the node function, and the caller gets the compact function's view."""
-    from numba.core import event
 
-    compiled = []
-
-    class Listener(event.Listener):
-        def on_start(self, ev):
-            pass
-
-        def on_end(self, ev):
-            compiled.append(getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__name__", ""))
 
     stock, compact = _nodes(shape, order)
     x = next(iter(_inputs(shape).values()))
-    with event.install_listener("numba:compile", Listener()):
+    with numba_compiles() as compiled:
         got = _caller(compact)(x)
     assert compiled == ["call"], compiled  # the caller only
     want = _caller(stock)(x)
