@@ -100,3 +100,9 @@ def typing_context():
 
 def cast(context, builder, val, from_ty, to_ty):
     return context.cast(builder, val, from_ty, to_ty)
+
+
+def define(src: str, **env):
+    """The function ``src`` defines (generated source), with ``env`` as its globals."""
+    exec(compile(src, "<ptnumba_codegen>", "exec"), env)
+    return env[src[4 : src.index("(")]]

@@ -25,13 +25,13 @@ from llvmlite import ir
 from numba.core import types
 from numba.core.errors import TypingError
 from numba.core.registry import cpu_target
-from numba.core.dispatcher import Dispatcher
 from numba import njit
+from numba.core.dispatcher import Dispatcher
 from numba.extending import intrinsic, overload
 from numba.np import arrayobj
 from numpy.lib.stride_tricks import as_strided
 
-from ptnumba_codegen.lowering.base import numba_type
+from ptnumba_codegen.lowering.base import define, numba_type
 from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
 from ptnumba_codegen.lowering.chunks import emit_chunked, chunk_decision
@@ -99,12 +99,16 @@ def array0d(typingctx, value, dtype):
     aryty = types.Array(dtype.instance_type, 0, "C")
 
     def codegen(context, builder, sig, args):
-        ary = arrayobj._empty_nd_impl(context, builder, aryty, [])
-        converted = context.cast(builder, args[0], value, aryty.dtype)
-        arrayobj.store_item(context, builder, aryty, converted, ary.data)
-        return ary._getvalue()
+        return new_array0d(context, builder, aryty, args[0], value)
 
     return aryty(value, dtype), codegen
+
+
+def new_array0d(context, builder, aryty: types.Array, value, value_type):
+    """A new 0-d C array of ``aryty`` (numba's allocation) holding ``value`` converted to its dtype."""
+    ary = arrayobj._empty_nd_impl(context, builder, aryty, [])
+    arrayobj.store_item(context, builder, aryty, context.cast(builder, value, value_type, aryty.dtype), ary.data)
+    return ary._getvalue()
 
 
 # Finish.kind -> (finish, raw, numpy dtype name) -> the Python expression of the node's output
@@ -131,10 +135,7 @@ def _finish_scalar(context, builder, finish: Finish, raw, raw_type):
 
 
 def _finish_array0d(context, builder, finish: Finish, raw, raw_type):
-    aryty = types.Array(numba_type(finish.out_dtype), 0, "C")
-    ary = arrayobj._empty_nd_impl(context, builder, aryty, [])
-    arrayobj.store_item(context, builder, aryty, context.cast(builder, raw, raw_type, aryty.dtype), ary.data)
-    return ary._getvalue()
+    return new_array0d(context, builder, types.Array(numba_type(finish.out_dtype), 0, "C"), raw, raw_type)
 
 
 # Finish.kind -> its IR form; a kind not here ("squeeze": a strided view, maybe cast) keeps
@@ -239,12 +240,6 @@ def compile_check(fn, name: str, input_types: tuple) -> None:
     params = ", ".join(f"x{k}" for k in range(len(input_types)))
     probe = njit(**KERNEL_JIT_OPTIONS)(define(f"def {name}({params}):\n    return fn({params})\n", fn=fn))
     probe.compile(input_types)
-
-
-def define(src: str, **env):
-    """The function ``src`` defines (generated source), with ``env`` as its globals."""
-    exec(compile(src, "<ptnumba_codegen>", "exec"), env)
-    return env[src[4 : src.index("(")]]
 
 
 def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, chunking=None) -> LoopKernel:

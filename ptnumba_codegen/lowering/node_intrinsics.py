@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 from numba.np import arrayobj
 
 from ptnumba_codegen.lowering.kernel import define, dry_run
-from ptnumba_codegen.lowering.own_library import as_dispatcher
+from ptnumba_codegen.lowering.own_library import as_dispatcher, dispatcher_call
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -61,15 +61,10 @@ def node_intrinsic(name: str, n_args: int, typer: Callable, stock: Callable):
             log.info("%s falls back to the stock node function: %s", name, problem)
         if not built:
             built.append(as_dispatcher(stock(), n_args))
-        fnty = types.Dispatcher(built[0])
-        signature = typingctx.resolve_function_type(fnty, tuple(arg_types), {})
-        if signature is None:
+        call = dispatcher_call(typingctx, built[0], tuple(arg_types), built)
+        if call is None:
             return None
-
-        def call_stock(context, builder, sig, args):
-            return context.get_function(fnty, signature)(builder, args)
-
-        return signature, call_stock
+        return call.return_type(*arg_types), lambda context, builder, sig, args: call.emit(context, builder, list(args))
 
     return fixed_arity_intrinsic(name, n_args, choose)
 

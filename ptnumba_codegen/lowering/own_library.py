@@ -31,6 +31,8 @@ from numba.core.imputils import lower_builtin
 from numba.core.typing.templates import Signature
 from numba.extending import type_callable
 
+from ptnumba_codegen.lowering.base import define
+
 _serial = itertools.count()
 
 
@@ -118,9 +120,7 @@ def typed_call(fn: Callable, n_args: int, choose: Callable) -> None:
 
 def define_typer(params: str, typer: Callable):
     """``lambda a0, ...: typer((a0, ...))`` with named parameters (numba binds a typer's own)."""
-    env = {"typer": typer}
-    exec(f"def typer_of_args({params}):\n    return typer(({params}{',' if params else ''}))\n", env)
-    return env["typer_of_args"]
+    return define(f"def typer_of_args({params}):\n    return typer(({params}{',' if params else ''}))\n", typer=typer)
 
 
 def as_dispatcher(fn: Callable, n_args: int, **jit_options):
@@ -128,16 +128,15 @@ def as_dispatcher(fn: Callable, n_args: int, **jit_options):
     overloaded Python function, as some stock node functions are)."""
     if isinstance(fn, Dispatcher):
         return fn
-    env = {"fn": fn}
     params = ", ".join(f"x{k}" for k in range(n_args))
-    exec(f"def stock_node({params}):\n    return fn({params})\n", env)
-    return njit(**jit_options)(env["stock_node"])
+    return njit(**jit_options)(define(f"def stock_node({params}):\n    return fn({params})\n", fn=fn))
 
 
 def dispatcher_call(typingctx, dispatcher, arg_types: tuple, keep: list) -> ChosenCall | None:
     """The call of a numba dispatcher (compiled for ``arg_types`` now, while the caller is
     typed). ``keep`` holds the dispatcher alive: numba's Dispatcher type refers to it weakly."""
-    keep.append(dispatcher)
+    if not any(d is dispatcher for d in keep):
+        keep.append(dispatcher)
     fnty = types.Dispatcher(dispatcher)
     signature = typingctx.resolve_function_type(fnty, tuple(arg_types), {})
     if signature is None:
