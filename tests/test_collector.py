@@ -118,3 +118,74 @@ def test_the_switch_names_its_values(own_collector, monkeypatch):
     with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_GC='never': allowed values are postpone, python"):
         collector.configure()
     assert collector.state() is None
+
+
+def test_a_policy_functions_rewrites_and_funcify_postpone_too(own_collector, monkeypatch):
+    """The rewrite sequence that runs the policy's passes and the funcify of a policy graph
+    run with the oldest generation's threshold raised, as numba's compiles do; the thresholds
+    are Python's again once the function is compiled, and the function computes as before."""
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.graph.rewriting.basic import SequentialGraphRewriter
+
+    import ptnumba_codegen
+    from ptnumba_codegen.backend import node_wrappers
+    from ptnumba_codegen.passes.rewritten_graphs import CachedRewriteSequence
+
+    monkeypatch.delenv(collector.ENV, raising=False)
+    seen = {"rewrites": [], "funcify": []}
+    sequence_apply = SequentialGraphRewriter.apply
+
+    def spy_sequence(self, fgraph, *args, **kwargs):
+        if type(self) is CachedRewriteSequence:
+            seen["rewrites"].append(gc.get_threshold())
+        return sequence_apply(self, fgraph, *args, **kwargs)
+
+    graph_function = node_wrappers.graph_function
+
+    def spy_graph_function(fgraph, **kwargs):
+        seen["funcify"].append(gc.get_threshold())
+        return graph_function(fgraph, **kwargs)
+
+    monkeypatch.setattr(SequentialGraphRewriter, "apply", spy_sequence)
+    monkeypatch.setattr(node_wrappers, "graph_function", spy_graph_function)
+    x = pt.dvector("x")
+    out = pt.exp(x * 1.25) + pt.log1p(x)  # a kernel of its own: nothing shared with other tests
+    with pytensor.config.change_flags(numba__cache=True):
+        fn = pytensor.function([x], out, mode=ptnumba_codegen.policy_mode("default"))
+    value = np.array([0.5, 1.5])
+    assert np.array_equal(fn(value), np.exp(value * 1.25) + np.log1p(value))
+    for phase in ("rewrites", "funcify"):
+        assert seen[phase], phase
+        for t0, t1, t2 in seen[phase]:
+            assert (t0, t1) == THRESHOLDS[:2] and t2 >= THRESHOLDS[2] * collector.POSTPONED_FACTOR, phase
+    assert gc.get_threshold() == THRESHOLDS
+
+
+def test_scopes_nest_and_the_outermost_puts_the_thresholds_back(own_collector, monkeypatch):
+    monkeypatch.delenv(collector.ENV, raising=False)
+    collector.configure()
+    with collector.postponed_while():
+        raised = gc.get_threshold()
+        assert raised[2] >= THRESHOLDS[2] * collector.POSTPONED_FACTOR
+        with collector.postponed_while():
+            assert gc.get_threshold() == raised
+        assert gc.get_threshold() == raised  # the inner scope's end keeps the outer's
+    assert gc.get_threshold() == THRESHOLDS
+    with pytest.raises(KeyError), collector.postponed_while():
+        raise KeyError("a failing rewrite")
+    assert gc.get_threshold() == THRESHOLDS
+
+
+@pytest.mark.parametrize("how", ["python", "disabled"])
+def test_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, how):
+    if how == "python":
+        monkeypatch.setenv(collector.ENV, "python")
+    else:
+        monkeypatch.delenv(collector.ENV, raising=False)
+    collector.configure()
+    if how == "disabled":
+        gc.disable()
+    with collector.postponed_while():
+        assert gc.get_threshold() == THRESHOLDS
+    assert gc.get_threshold() == THRESHOLDS

@@ -46,7 +46,7 @@ from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
 from pytensor.link.numba.dispatch import basic as numba_basic
 
 from ptnumba_codegen.backend.ops import is_policy_op
-from ptnumba_codegen.runtime import ProcessSetting
+from ptnumba_codegen.runtime import ProcessSetting, collector
 
 ENV = "PTNUMBA_CODEGEN_NODE_WRAPPERS"
 ENV_VALUES = ("direct", "pytensor")  # direct (default): `funcify_node`; pytensor: PyTensor's wrappers
@@ -95,7 +95,8 @@ def funcify_node(op, node=None, **kwargs):
             return PYTENSOR_ENSURE_CACHE(op, node=node, **kwargs)
         token = _DIRECT.set(True)
         try:
-            return graph_function(op, node=node, **kwargs)
+            with collector.postponed_while():
+                return graph_function(op, node=node, **kwargs)
         finally:
             _DIRECT.reset(token)
     if not _DIRECT.get() or not config.numba__cache:

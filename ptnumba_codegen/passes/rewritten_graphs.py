@@ -66,7 +66,7 @@ from ptnumba_codegen.as_written.guard_verdicts import rewrites_text
 from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.passes.policy_codegen import PolicyCodegen, prepare_process
 from ptnumba_codegen.policy import PolicyError, load_policy
-from ptnumba_codegen.runtime import disk_cache, pools
+from ptnumba_codegen.runtime import collector, disk_cache, pools
 
 log = logging.getLogger("ptnumba_codegen")
 
@@ -340,6 +340,11 @@ class CachedRewriteSequence(SequentialGraphRewriter):
     def apply(self, fgraph, *args, **kwargs):
         if not any(isinstance(r, POLICY_PASSES) for r in self.data):
             return super().apply(fgraph, *args, **kwargs)
+        collector.configure()
+        with collector.postponed_while():
+            return self._apply_policy_sequence(fgraph, *args, **kwargs)
+
+    def _apply_policy_sequence(self, fgraph, *args, **kwargs):
         key = graph_key(self, fgraph)
         if key is not None:
             record = load(key)

@@ -1,4 +1,4 @@
-"""Python's full garbage collections postponed while numba compiles.
+"""Python's full garbage collections postponed while a policy function compiles.
 
 Python's collector sweeps its oldest generation (a *full* collection) once enough objects
 have survived into it; each full collection visits every tracked object of the process,
@@ -8,13 +8,14 @@ wrappers), so a cold compile triggers several full collections that find little 
 (what they cost: docs/benchmarks.md, "Garbage collection during numba's compiles").
 
 `configure()` listens to numba's ``numba:compile`` events (raised inside numba's global
-compiler lock, so one thread at a time): while the outermost compile runs, the threshold of
-the oldest generation is raised tenfold beyond its count so far (`POSTPONED_FACTOR`), so
-that mostly the young generations are collected (cycles that die young are freed as
-before); when it ends the threshold is put back as it was, and a collection postponed runs
-at the collector's next opportunity. The thresholds are left alone while the collector is
-disabled, and not put back if something else changed them meanwhile. Compiled code and
-values are untouched.
+compiler lock): while the outermost compile runs, and while a policy graph is rewritten
+(`passes.rewritten_graphs`) or funcified (`backend.node_wrappers.graph_function`), which
+`postponed_while` scopes, the threshold of the oldest generation is raised tenfold beyond
+its count so far (`POSTPONED_FACTOR`), so that mostly the young generations are collected
+(cycles that die young are freed as before); when it ends the threshold is put back as it
+was, and a collection postponed runs at the collector's next opportunity. The thresholds are
+left alone while the collector is disabled, and not put back if something else changed them
+meanwhile. Compiled code and values are untouched.
 
 It applies once per process, when the first function is compiled with ``policy_codegen``
 (never at import), to every numba compile from then on, like `machine_code.configure`.
@@ -23,7 +24,9 @@ It applies once per process, when the first function is compiled with ``policy_c
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import threading
 
 from numba.core import event
 
@@ -46,29 +49,65 @@ def postponed(threshold: int) -> int:
     return gc.get_count()[2] + max(threshold, 1) * POSTPONED_FACTOR
 
 
-class FullCollectionsPostponed(event.Listener):
-    """Raises the oldest generation's threshold for the outermost numba compile."""
+class Postponement:
+    """The oldest generation's threshold raised while any of its scopes runs (the outermost
+    numba compile, a policy graph's rewrites or funcify): the outermost scope raises it and
+    puts it back; scopes nest and may come from several threads."""
 
     def __init__(self):
         self.depth = 0
         self.saved: tuple[int, int, int] | None = None  # the thresholds in force before
-        self.raised: tuple[int, int, int] | None = None  # the ones set for the compile
+        self.raised: tuple[int, int, int] | None = None  # the ones set for the scope
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            self.depth += 1
+            if self.depth == 1 and gc.isenabled():
+                self.saved = gc.get_threshold()
+                self.raised = (self.saved[0], self.saved[1], postponed(self.saved[2]))
+                gc.set_threshold(*self.raised)
+
+    def exit(self) -> None:
+        with self._lock:
+            self.depth -= 1
+            if self.depth == 0 and self.saved is not None:
+                saved, raised, self.saved, self.raised = self.saved, self.raised, None, None
+                if gc.get_threshold() == raised:  # else something else set them meanwhile: kept
+                    gc.set_threshold(*saved)
+
+
+class FullCollectionsPostponed(event.Listener):
+    """The outermost numba compile as a scope of `POSTPONEMENT`."""
+
+    def __init__(self):
+        self.started = 0  # compiles seen starting and not ended yet (not those under way when registered)
 
     def on_start(self, ev):
-        self.depth += 1
-        if self.depth == 1 and gc.isenabled():
-            self.saved = gc.get_threshold()
-            self.raised = (self.saved[0], self.saved[1], postponed(self.saved[2]))
-            gc.set_threshold(*self.raised)
+        self.started += 1
+        POSTPONEMENT.enter()
 
     def on_end(self, ev):
-        if self.depth == 0:  # registered while a compile was running
-            return
-        self.depth -= 1
-        if self.depth == 0 and self.saved is not None:
-            saved, raised, self.saved, self.raised = self.saved, self.raised, None, None
-            if gc.get_threshold() == raised:  # else something else set them meanwhile: kept
-                gc.set_threshold(*saved)
+        if self.started:
+            self.started -= 1
+            POSTPONEMENT.exit()
+
+
+POSTPONEMENT = Postponement()
+
+
+@contextlib.contextmanager
+def postponed_while():
+    """Full collections postponed for the block, as inside numba's compiles, once the
+    setting postpones them (`configure`); Python's thresholds otherwise."""
+    if _listener is None:
+        yield
+        return
+    POSTPONEMENT.enter()
+    try:
+        yield
+    finally:
+        POSTPONEMENT.exit()
 
 
 _listener: FullCollectionsPostponed | None = None
