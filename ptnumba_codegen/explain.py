@@ -170,11 +170,14 @@ def explain_node(node) -> list[str]:
         plan = plan_node(node)
     except Unsupported as err:
         return [*lines, f"    FALLBACK to the stock kernel: {err}"]
-    from ptnumba_codegen.backend.dispatch import fallback_reason
+    from ptnumba_codegen.backend.dispatch import entry_choices, fallback_reason
 
     failed = fallback_reason(node)  # planned, but the generator failed when numba compiled it
     if failed:
         lines.append(f"    FALLBACK to the stock kernel (at compile time): {failed}")
+    else:
+        for described in dict.fromkeys(choice.describe() for choice in entry_choices(node)):
+            lines.append(f"    {described}")
     kinds = [
         e.label or rule_kind(i.op)
         for i, e in zip(plan.body.program.instrs, plan.body.emitters, strict=True)

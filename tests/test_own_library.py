@@ -13,6 +13,7 @@ from numba.core import event
 
 import ptnumba_codegen
 from conftest import assert_same_bits, compile_fn, policy_nodes
+from ptnumba_codegen.backend.dispatch import entry_choices
 from ptnumba_codegen.lowering import kernel
 from ptnumba_codegen.lowering.own_library import ChosenCall, build_own_function, call_own_function, typed_call
 
@@ -67,7 +68,7 @@ def test_entries_written_as_ir_give_the_generated_entries_bits(monkeypatch):
     assert nodes and all(ptnumba_codegen.fallback_reason(n) is None for n in nodes)
 
     # the same kernels through the generated Python entries numba compiles
-    monkeypatch.setattr(kernel.KernelImpl, "ir_entry_covers", lambda self, input_types: False)
+    monkeypatch.setattr(kernel.KernelImpl, "generated_entry_because", lambda self, input_types: "copied_inputs")
     listener = _Compiles()
     with pytensor.config.change_flags(numba__cache=False), event.install_listener("numba:compile", listener):
         generated = pytensor.function([x, y, m], outs, mode=ptnumba_codegen.policy_mode("default"))
@@ -116,6 +117,11 @@ def test_a_float_sum_in_the_entry_keeps_the_generated_entry(static):
     for a, b in zip(res, ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-13)
     assert all(ptnumba_codegen.fallback_reason(n) is None for n in policy_nodes(fn))
+    # explain names the entry each kernel got, and why a generated one was kept
+    report = ptnumba_codegen.explain(fn)
+    reason = "reordered_reduction_in_entry: " + kernel.GENERATED_ENTRY_WHEN["reordered_reduction_in_entry"]
+    assert (reason in report) == static, report
+    assert (kernel.IR_ENTRY in report) != static, report
 
 
 def test_an_entry_that_needs_python_still_compiles_through_numba():
@@ -132,6 +138,8 @@ def test_an_entry_that_needs_python_still_compiles_through_numba():
     np.testing.assert_allclose(res[0], ref[0], rtol=1e-15)  # exp: libmvec's, within its budget
     assert res[0].dtype == ref[0].dtype and res[0].shape == ref[0].shape
     assert _generated_entries(listener.seen), listener.seen
+    [node] = policy_nodes(fn)
+    assert [c.generated_because for c in entry_choices(node)] == ["unwritten_finish"]
 
 
 def test_an_error_raised_inside_an_entry_reaches_the_caller_as_stocks_does():

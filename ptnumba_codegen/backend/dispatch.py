@@ -28,6 +28,8 @@ log = logging.getLogger("ptnumba_codegen")
 
 # node -> why its kernel fell back when numba compiled it (kernel.guarded)
 _COMPILE_FAILURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# node -> how numba compiled its kernel's entry, per signature (kernel.EntryChoice)
+_ENTRY_CHOICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def fallback_reason(node) -> str | None:
@@ -44,6 +46,21 @@ def fallback_reason(node) -> str | None:
     except Unsupported as err:
         return str(err)
     return _COMPILE_FAILURES.get(node)
+
+
+def entry_choices(node) -> tuple:
+    """How numba compiled ``node``'s kernel entry, one `kernel.EntryChoice` per signature
+    (empty before the function was compiled, or when numba's cache had it)."""
+    return tuple(_ENTRY_CHOICES.get(node, ()))
+
+
+def record_entries(node):
+    """``on_entry(choice)`` for `build_kernel`: kept for `entry_choices`."""
+
+    def on_entry(choice) -> None:
+        _ENTRY_CHOICES.setdefault(node, []).append(choice)
+
+    return on_entry
 
 
 def compile_fallback(op, node, **kwargs):
@@ -139,6 +156,7 @@ def _loop_kernel(node, plan: KernelPlan, name: str, fallback):
         parallel=node.op.policy.parallel,
         fallback=fallback,
         yields_to=node.op.yields_to,
+        on_entry=record_entries(node),
     )
 
 

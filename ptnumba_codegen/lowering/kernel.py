@@ -147,10 +147,16 @@ IR_FINISHES: dict[str, IRFinish] = {
 }
 
 
-# what keeps a kernel's generated Python entry although `IR_FINISHES` covers its outputs ->
-# why. (The other cases `KernelImpl.ir_entry_covers` sends there are what `IR_FINISHES`
-# and the IR entry do not write: copies, the flat twin's branch, squeezed views.)
+# what keeps a kernel's generated Python entry (`KernelImpl.make`, compiled by numba's
+# pipeline) instead of the entry written as IR (`KernelImpl.own_entry`) -> why. The first
+# three are what the IR entry does not write; the last is a choice, for bits.
 GENERATED_ENTRY_WHEN: dict[str, str] = {
+    "copied_inputs": (
+        "strided inputs are copied contiguous first, or tested for contiguity at run time "
+        "(a body with vector calls)"
+    ),
+    "flat_twin": "the entry branches to the 1-d loop over every element when the arrays are contiguous",
+    "unwritten_finish": "an output is finished as a squeezed view (maybe cast), which IR_FINISHES does not write",
     "reordered_reduction_in_entry": (
         "its loop nest is emitted in the entry itself and reduces under a flag that lets LLVM "
         "reorder the sum (reassoc): LLVM may inline the entry into its caller and optimize the "
@@ -159,6 +165,23 @@ GENERATED_ENTRY_WHEN: dict[str, str] = {
         "bayesian_var_ireland's logp moved by one ulp (docs/benchmarks.md, stop 47)"
     ),
 }
+IR_ENTRY = "written as IR in a code library of its own (own_library), with no numba pipeline"
+
+
+@dataclass(frozen=True)
+class EntryChoice:
+    """How a kernel's entry was compiled for one signature (`explain` reports it)."""
+
+    input_types: tuple
+    generated_because: str | None  # a key of `GENERATED_ENTRY_WHEN`; None: the IR entry
+
+    def describe(self) -> str:
+        if self.generated_because is None:
+            return f"entry {IR_ENTRY}"
+        reason = GENERATED_ENTRY_WHEN[self.generated_because]
+        return f"entry generated as Python and compiled by numba ({self.generated_because}: {reason})"
+
+
 REORDERING_REDUCE_FLAGS = frozenset({"reassoc", "fast"})
 
 
@@ -304,10 +327,12 @@ def build_kernel(
     parallel=None,
     fallback=None,
     yields_to: tuple[str, ...] = (),
+    on_entry=None,
 ):
     """Return a Python function (``python_impl`` without JIT) whose numba overload is the loop.
 
     ``fallback(reason)`` (optional) returns the stock kernel, used if the dry run fails.
+    ``on_entry(EntryChoice)`` (optional) is told how each signature's entry was compiled.
 
     ``parallel`` (the policy's ``Parallel``) lets large loops run in chunks across threads,
     unless the function runs ops on other thread pools (``yields_to``, see `pools`). Every
@@ -332,7 +357,7 @@ def build_kernel(
     entry = EntryInlining.of(tuple(lp.nest_in for lp in (loop, loop_flat) if lp is not None))
     # the generated Python entry (`KernelImpl.make`), for the types the IR entry does not cover
     python_entry = define(f"def {name}(*inputs):\n    return python_impl(*inputs)\n", python_impl=python_impl)
-    impl = KernelImpl(name, spec, finish, loop, loop_flat, planned.uses_vector_math, fallback, entry.inline, python_entry)
+    impl = KernelImpl(name, spec, finish, loop, loop_flat, planned.uses_vector_math, fallback, entry.inline, python_entry, on_entry)
     overload(python_entry, jit_options=KERNEL_JIT_OPTIONS)(lambda *inputs: impl.make(inputs))
     typed_call(kernel, n_in, impl.choose)
     return kernel
@@ -361,6 +386,7 @@ class KernelImpl:
     fallback: Callable | None
     inline: bool = False  # the impl asks to be inlined into its caller (`entry.EntryInlining`)
     python_entry: Callable | None = None  # a function whose numba overload is `make`
+    on_entry: Callable[[EntryChoice], None] | None = None  # told how each signature's entry was compiled
 
     @property
     def n_out(self) -> int:
@@ -373,14 +399,17 @@ class KernelImpl:
         twin's branch, squeezed views), numba's overload of ``python_entry``. An IR entry
         whose emission raises is the stock kernel's, decided here, while the caller is typed."""
         input_types = tuple(input_types)
+        because = self.generated_entry_because(input_types)
         try:
-            own = self.own_entry(input_types) if self.ir_entry_covers(input_types) else None
+            own = self.own_entry(input_types) if because is None else None
         except Exception as err:  # noqa: BLE001  (any failure of the generator)
             if self.fallback is None:
                 raise
             problem = f"{type(err).__name__}: {err}".splitlines()[0][:300]
             stock = as_dispatcher(self.fallback(f"{self.name} failed to compile: {problem}"), len(input_types))
             return dispatcher_call(typingctx, stock, input_types, self._keep)
+        if self.on_entry is not None:
+            self.on_entry(EntryChoice(input_types, because))
         if own is None:
             return self.generated_call(typingctx, input_types)
         return ChosenCall(own.signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
@@ -402,8 +431,17 @@ class KernelImpl:
     def _keep(self) -> list:
         return []  # dispatchers this kernel calls (numba's Dispatcher type refers to them weakly)
 
-    def generated_entry_because(self) -> str | None:
-        """The key of `GENERATED_ENTRY_WHEN` that keeps this kernel's generated entry, or None."""
+    def generated_entry_because(self, input_types) -> str | None:
+        """The key of `GENERATED_ENTRY_WHEN` that keeps this kernel's generated entry for
+        ``input_types``, or None: `own_entry` writes it."""
+        _lines, loop_types, _names, in_place_strided = self.read_inputs(input_types)
+        if tuple(loop_types) != tuple(input_types) or in_place_strided:
+            return "copied_inputs"
+        arrays = [ty for ty in loop_types if isinstance(ty, types.Array)]
+        if self.loop_flat is not None and arrays and all(ty.layout in "CF" for ty in arrays):
+            return "flat_twin"
+        if not all(f.kind in IR_FINISHES for f in self.finish):
+            return "unwritten_finish"
         reordered = any(
             r is not None and np.dtype(r.acc_dtype).kind in "fc" and REORDERING_REDUCE_FLAGS & set(r.flags)
             for r in self.spec.reduces or ()
@@ -411,22 +449,6 @@ class KernelImpl:
         if reordered and "entry" in (self.loop.nest_in, self.loop_flat and self.loop_flat.nest_in):
             return "reordered_reduction_in_entry"
         return None
-
-    def ir_entry_covers(self, input_types) -> bool:
-        """Whether `own_entry` writes this entry: no input copied or tested for contiguity,
-        no flat twin to branch to, every output as the loop leaves it or a scalar, and no
-        reason in `GENERATED_ENTRY_WHEN` to keep the generated one."""
-        if self.generated_entry_because() is not None:
-            return False
-        _lines, loop_types, _names, in_place_strided = self.read_inputs(input_types)
-        arrays = [ty for ty in loop_types if isinstance(ty, types.Array)]
-        flat_branch = self.loop_flat is not None and arrays and all(ty.layout in "CF" for ty in arrays)
-        return (
-            tuple(loop_types) == tuple(input_types)
-            and not in_place_strided
-            and not flat_branch
-            and all(f.kind in IR_FINISHES for f in self.finish)
-        )
 
     def own_entry(self, input_types: tuple) -> OwnFunction:
         """The entry as IR: the loop, then each raw output finished (`IR_FINISHES`)."""
