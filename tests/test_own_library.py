@@ -3,6 +3,8 @@ numba's pipeline per kernel, the same bits as stock's strict kernels, numba's fa
 of a caller never reaching them, errors raised to the caller, a per-node fallback when the
 emission fails."""
 
+import re
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -12,7 +14,7 @@ from numba import njit, types
 from numba.core import event
 
 import ptnumba_codegen
-from conftest import assert_same_bits, compile_fn, policy_nodes
+from conftest import assert_same_bits, compile_fn, final_ir, policy_nodes
 from ptnumba_codegen.backend.dispatch import entry_choices
 from ptnumba_codegen.lowering import kernel
 from ptnumba_codegen.lowering.own_library import ChosenCall, build_own_function, call_own_function, typed_call
@@ -155,7 +157,7 @@ def test_an_error_raised_inside_an_entry_reaches_the_caller_as_stocks_does():
 
 
 def test_an_entry_whose_emission_raises_is_the_stock_kernel(monkeypatch):
-    def broken(self, input_types):
+    def broken(self, input_types, mirrored=None):
         raise RuntimeError("injected entry failure")
 
     monkeypatch.setattr(kernel.KernelImpl, "own_entry", broken)
@@ -213,3 +215,65 @@ def test_a_fast_caller_does_not_give_its_flags_to_an_own_function():
     assert mark, adds  # the own function is linked and optimized into the caller
     assert all(" fast " not in line and "reassoc" not in line for line in mark), mark
     assert any(" fast " in line for line in adds if line not in mark), adds  # the caller's own are flagged
+
+
+def _mirrored_case(case):
+    """Graphs whose kernel holds a reorderable float sum with its nest in the entry (static
+    lengths below the chunking threshold), with outputs of each `kernel.MIRRORED_ENTRIES` form."""
+    if case == "one scalar":
+        x, y = pt.tensor("x", shape=(3, 5, 2)), pt.tensor("y", shape=(3, 5, 2))
+        return [x, y], [pt.log((pt.log1p(x * x) * y).sum())], "scalars"
+    if case == "three scalars":
+        x, y = pt.tensor("x", shape=(13,)), pt.tensor("y", shape=(13,))
+        return [x, y], [(x * y).sum() * (x + y).sum() + pt.exp(x).sum()], "scalars"
+    x, y = pt.tensor("x", shape=(6, 4)), pt.tensor("y", shape=(6, 4))
+    e = pt.exp(x) * y + 1.0
+    if case == "array between scalars":
+        return [x, y], [pt.log((x * y).sum()) + (e * 2).sum() * 3, e], "scalars_and_one_array"
+    e = -(x - 0.3) * x
+    if case == "array first":
+        return [x, y], [e * y, pt.sqrt((e**2).sum())], "scalars_and_one_array"
+    assert case == "array last"
+    x3 = pt.tensor("x3", shape=(2, 2, 2))
+    e3 = -(x3 - 0.3) * x3
+    return [x3], [e3.sum() * 2.0 + 1.0, e3 * x3], "scalars_and_one_array"
+
+
+def _normalized_ir(text: str) -> list[str]:
+    """The functions the final IR defines, sorted, with every name, label, attribute group
+    and metadata number spelled alike (the generated entry's module also holds numba's
+    environment global and its name, which no code reads once the entry is compiled)."""
+    functions = re.findall(r"^define [^\n]*\{.*?^\}", text, re.S | re.M)
+    return sorted(_normalized_function(f) for f in functions)
+
+
+def _normalized_function(text: str) -> str:
+    text = re.sub(r"Environment: \S+", "Environment", text)
+    text = re.sub(r"[%@]\"[^\"]*\"|[%@][\w.$-]+", "%v", text)
+    text = re.sub(r"^[\w.$-]+:", "L:", text, flags=re.M)
+    text = re.sub(r" *; preds = .*", "", text)
+    text = re.sub(r"#\d+|![\w.]+", "#n", text)
+    return "\n".join(line for line in text.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("case", ["one scalar", "three scalars", "array between scalars", "array first", "array last"])
+def test_mirrored_ir_entries_are_the_generated_entries_final_ir(case, monkeypatch):
+    """`kernel.MIRRORED_ENTRIES`: an entry whose nest holds a reorderable float sum is
+    written as IR with the generated entry's references, and the whole function's final
+    optimized IR is the one the generated entry gives (so are its bits): LLVM inlines it or
+    not, and optimizes the nest, as before."""
+    inputs, outs, form = _mirrored_case(case)
+    rng = np.random.default_rng(7)
+    values = [rng.normal(size=v.type.shape) + 1.5 for v in inputs]
+    mirrored = compile_fn(inputs, outs, "policy_default", inspect_ir=True)
+    res = mirrored(*values)
+    choices = [c for n in policy_nodes(mirrored) for c in entry_choices(n)]
+    assert [c.mirrored for c in choices if c.mirrored] == [form], choices
+    assert all(c.generated_because is None for c in choices), choices
+    monkeypatch.setattr(kernel.KernelImpl, "mirrored_form", lambda self, input_types: None)
+    generated = compile_fn(inputs, outs, "policy_default", inspect_ir=True)
+    want = generated(*values)
+    assert "reordered_reduction_in_entry" in [c.generated_because for n in policy_nodes(generated) for c in entry_choices(n)]
+    assert _normalized_ir(final_ir(mirrored)) == _normalized_ir(final_ir(generated))
+    for a, b in zip(res, want, strict=True):
+        assert_same_bits(a, b)

@@ -159,13 +159,31 @@ GENERATED_ENTRY_WHEN: dict[str, str] = {
     "unwritten_finish": "an output is finished as a squeezed view (maybe cast), which IR_FINISHES does not write",
     "reordered_reduction_in_entry": (
         "its loop nest is emitted in the entry itself and reduces under a flag that lets LLVM "
-        "reorder the sum (reassoc): LLVM may inline the entry into its caller and optimize the "
-        "nest again there, so the sum's last bits depend on the code around the nest, and the "
-        "IR entry's is not the generated entry's (no reference counts around the loop): "
-        "bayesian_var_ireland's logp moved by one ulp (docs/benchmarks.md, stop 47)"
+        "reorder the sum (reassoc), and its outputs take no form of MIRRORED_ENTRIES: LLVM may "
+        "inline the entry into its caller and optimize the nest again there, so the sum's last "
+        "bits depend on the code around the nest, and a plain IR entry's is not the generated "
+        "entry's (it has no reference counts around the loop and gets inlined where the "
+        "generated one was not: bayesian_var_ireland's logp moved by one ulp, docs/benchmarks.md, stop 47)"
     ),
 }
 IR_ENTRY = "written as IR in a code library of its own (own_library), with no numba pipeline"
+
+# An entry whose nest holds a reorderable float reduction (the last reason above) is written
+# as IR after all when its outputs take one of these forms: the IR entry then takes and
+# gives back references where numba's generated entry does (each array input before the loop
+# and after it; the array output that many times right after), LLVM sees the same function
+# (it inlines it or not, and optimizes the nest, as before) and the final IR is the generated
+# entry's (tests/test_own_library.py compares them). form -> (the array output's reference
+# pairs, why).
+MIRRORED_ENTRIES: dict[str, tuple[int, str]] = {
+    "scalars": (0, "every output a scalar: numba's entry references only its array inputs, around the loop"),
+    "scalars_and_one_array": (
+        3,
+        "scalars and one array output as the loop leaves it: numba's entry also takes and gives "
+        "back the array's reference three times (the output tuple's item, the returned tuple, "
+        "the return value)",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -174,8 +192,11 @@ class EntryChoice:
 
     input_types: tuple
     generated_because: str | None  # a key of `GENERATED_ENTRY_WHEN`; None: the IR entry
+    mirrored: str | None = None  # a key of `MIRRORED_ENTRIES`: the IR entry with numba's references
 
     def describe(self) -> str:
+        if self.generated_because is None and self.mirrored is not None:
+            return f"entry {IR_ENTRY}, with the generated entry's references ({self.mirrored}: {MIRRORED_ENTRIES[self.mirrored][1]})"
         if self.generated_because is None:
             return f"entry {IR_ENTRY}"
         reason = GENERATED_ENTRY_WHEN[self.generated_because]
@@ -400,8 +421,11 @@ class KernelImpl:
         whose emission raises is the stock kernel's, decided here, while the caller is typed."""
         input_types = tuple(input_types)
         because = self.generated_entry_because(input_types)
+        mirrored = self.mirrored_form(input_types) if because == "reordered_reduction_in_entry" else None
+        if mirrored is not None:
+            because = None
         try:
-            own = self.own_entry(input_types) if because is None else None
+            own = self.own_entry(input_types, mirrored) if because is None else None
         except Exception as err:  # noqa: BLE001  (any failure of the generator)
             if self.fallback is None:
                 raise
@@ -409,7 +433,7 @@ class KernelImpl:
             stock = as_dispatcher(self.fallback(f"{self.name} failed to compile: {problem}"), len(input_types))
             return dispatcher_call(typingctx, stock, input_types, self._keep)
         if self.on_entry is not None:
-            self.on_entry(EntryChoice(input_types, because))
+            self.on_entry(EntryChoice(input_types, because, mirrored))
         if own is None:
             return self.generated_call(typingctx, input_types)
         return ChosenCall(own.signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
@@ -450,14 +474,40 @@ class KernelImpl:
             return "reordered_reduction_in_entry"
         return None
 
-    def own_entry(self, input_types: tuple) -> OwnFunction:
-        """The entry as IR: the loop, then each raw output finished (`IR_FINISHES`)."""
+    def mirrored_form(self, input_types) -> str | None:
+        """The key of `MIRRORED_ENTRIES` this kernel's outputs take for ``input_types``, or None."""
+        kinds = [f.kind for f in self.finish]
+        arrays = [isinstance(ty, types.Array) for ty in self.spec.output_types(input_types)]
+        if all(k == "scalar" for k in kinds):
+            return "scalars"
+        if self.n_out > 1 and sum(arrays) == 1 and all(k == ("as_is" if a else "scalar") for k, a in zip(kinds, arrays, strict=True)):
+            return "scalars_and_one_array"
+        return None
+
+    def own_entry(self, input_types: tuple, mirrored: str | None = None) -> OwnFunction:
+        """The entry as IR: the loop, then each raw output finished (`IR_FINISHES`); with
+        numba's references around the loop when ``mirrored`` (a key of `MIRRORED_ENTRIES`)."""
         raw_types = self.spec.output_types(input_types)
         out_types = [IR_FINISHES[f.kind].type(f, ty) for f, ty in zip(self.finish, raw_types, strict=True)]
         ret = out_types[0] if self.n_out == 1 else types.Tuple(out_types)
 
         def emit(context, builder, args):
+            held = []
+            if mirrored is not None and context.enable_nrt:
+                held = [(ty, a) for ty, a in zip(input_types, args, strict=True) if isinstance(ty, types.Array)]
+            for ty, a in held:
+                context.nrt.incref(builder, ty, a)
             raw = self.loop.emit(context, builder, input_types, args)
+            if mirrored is not None and context.enable_nrt:
+                for ty, a in held:
+                    context.nrt.decref(builder, ty, a)
+                pairs = MIRRORED_ENTRIES[mirrored][0]
+                for i, ty in enumerate(raw_types):
+                    if isinstance(ty, types.Array):
+                        value = raw if self.n_out == 1 else builder.extract_value(raw, i)
+                        for _ in range(pairs):
+                            context.nrt.incref(builder, ty, value)
+                            context.nrt.decref(builder, ty, value)
             if self.n_out == 1:
                 return IR_FINISHES[self.finish[0].kind].emit(context, builder, self.finish[0], raw, raw_types[0])
             outs = [
