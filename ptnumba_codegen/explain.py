@@ -175,7 +175,7 @@ def explain_node(node) -> list[str]:
     failed = fallback_reason(node)  # planned, but the generator failed when numba compiled it
     if failed:
         lines.append(f"    FALLBACK to the stock kernel (at compile time): {failed}")
-    else:
+    else:  # known where this process compiled the kernel (not when numba's cache had it)
         for described in dict.fromkeys(choice.describe() for choice in entry_choices(node)):
             lines.append(f"    {described}")
     kinds = [

@@ -178,7 +178,9 @@ with pytensor.config.change_flags(numba__cache=True):
 outs = [o for args in (inputs(), out_of_box_inputs()) for o in fn(*args)]
 import hashlib
 digest = hashlib.sha256(b"".join(np.asarray(o).tobytes() for o in outs)).hexdigest()
-text = explain(fn)
+# how numba compiled each kernel's entry is known only where this process compiled it
+text = "\n".join(line for line in explain(fn).splitlines() if not line.startswith("    entry "))
+assert text.strip()
 print("PROBE", rewritten_graphs.STATS["hits"], rewritten_graphs.STATS["stored"], digest,
       hashlib.sha256(text.encode()).hexdigest())
 """
