@@ -7,7 +7,9 @@ import re
 
 import numpy as np
 import pytensor
+import pytensor.scalar as ps
 import pytensor.tensor as pt
+from pytensor.tensor.elemwise import Elemwise
 import pytest
 from llvmlite import ir
 from numba import njit, types
@@ -277,3 +279,66 @@ def test_mirrored_ir_entries_are_the_generated_entries_final_ir(case, monkeypatc
     assert _normalized_ir(final_ir(mirrored)) == _normalized_ir(final_ir(generated))
     for a, b in zip(res, want, strict=True):
         assert_same_bits(a, b)
+
+
+def _overload_scalar_kernel(planned, python_impl, name="policy_scalar", fallback=None):
+    """`kernel.build_scalar_kernel` as it was before stop 48, the reference: numba's overload
+    of the kernel, compiled by numba's pipeline, whose body intrinsic reads a tuple of the
+    inputs."""
+    from numba.extending import intrinsic, overload
+
+    from ptnumba_codegen.lowering.base import define, numba_type
+    from ptnumba_codegen.lowering.body import emit_body
+
+    out_types = [numba_type(d) for d in planned.program.output_dtypes]
+    in_types = [numba_type(d) for d in planned.program.input_dtypes]
+    ret = out_types[0] if len(out_types) == 1 else types.Tuple(out_types)
+
+    @intrinsic
+    def scalar_body(typingctx, inputs):
+        def codegen(context, builder, sig, args):
+            values = [context.cast(builder, builder.extract_value(args[0], i), ty, want)
+                      for i, (ty, want) in enumerate(zip(inputs.types, in_types, strict=True))]
+            outs = emit_body(context, builder, planned, values)
+            return outs[0] if len(outs) == 1 else context.make_tuple(builder, ret, outs)
+
+        return ret(inputs), codegen
+
+    params = ", ".join(f"x{k}" for k in range(len(in_types)))
+    impl = define(f"def impl({params}):\n    return scalar_body(({params},))\n", scalar_body=scalar_body)
+    kernel_fn = define(f"def {name}({params}):\n    return python_impl({params})\n", python_impl=python_impl)
+    overload(kernel_fn, jit_options=kernel.KERNEL_JIT_OPTIONS)(define(f"def typing({params}):\n    return impl\n", impl=impl))
+    return kernel_fn
+
+
+def test_scalar_kernels_written_as_ir_give_the_overloads_final_ir(monkeypatch):
+    """`kernel.build_scalar_kernel` writes the scalar core of a stock indexed loop as IR:
+    the function's final optimized IR is the one numba's overload gave, and so are its bits
+    (a core of the form of one in stochastic volatility's gradient: a sum under ``reassoc``
+    with a boolean input and a switch). Reading the inputs through a tuple, as the
+    overload's intrinsic did, is what kept that model's gradient byte-identical; this small
+    graph gives the same IR either way, the model-level check is in docs/benchmarks.md."""
+    from ptnumba_codegen.backend import dispatch
+
+    a, b, x, y = pt.dvector("a"), pt.dvector("b"), pt.dvector("x"), pt.dvector("y")
+    idx, flag = pt.lvector("idx"), pt.bvector("flag")
+    s0, s1, s2, s3, s5 = (ps.float64(f"s{k}") for k in (0, 1, 2, 3, 5))
+    s4 = ps.bool("s4")
+    core = ps.Composite([s0, s1, s2, s3, s4, s5],
+                        [(-1452.5 / s0 + s1 + s2 + s3 + ps.switch(s4, 0.0, -0.1) + s5 * -0.5) * s0 + 1.0])
+    outs = [Elemwise(core)(a[idx], x, y, b[idx], flag, x * y)]
+    rng = np.random.default_rng(3)
+    values = [rng.normal(size=4) + 3, rng.normal(size=4), rng.normal(size=9), rng.normal(size=9),
+              rng.integers(0, 4, size=9), (rng.normal(size=9) > 0).astype("int8")]
+    built = []
+    build = dispatch.build_scalar_kernel
+    monkeypatch.setattr(dispatch, "build_scalar_kernel", lambda *a, **k: built.append(1) or build(*a, **k))
+    own = compile_fn([a, b, x, y, idx, flag], outs, "policy_default", inspect_ir=True)
+    res = own(*values)
+    assert built, "no scalar kernel in the graph"
+    monkeypatch.setattr(dispatch, "build_scalar_kernel", _overload_scalar_kernel)
+    reference = compile_fn([a, b, x, y, idx, flag], outs, "policy_default", inspect_ir=True)
+    want = reference(*values)
+    assert _normalized_ir(final_ir(own)) == _normalized_ir(final_ir(reference))
+    for u, v in zip(res, want, strict=True):
+        assert_same_bits(u, v)
