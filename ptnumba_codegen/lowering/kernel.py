@@ -429,9 +429,7 @@ class KernelImpl:
         except Exception as err:  # noqa: BLE001  (any failure of the generator)
             if self.fallback is None:
                 raise
-            problem = f"{type(err).__name__}: {err}".splitlines()[0][:300]
-            stock = as_dispatcher(self.fallback(f"{self.name} failed to compile: {problem}"), len(input_types))
-            return dispatcher_call(typingctx, stock, input_types, self._keep)
+            return stock_call(typingctx, self.fallback, self.name, err, input_types, self._keep)
         if self.on_entry is not None:
             self.on_entry(EntryChoice(input_types, because, mirrored))
         if own is None:
@@ -619,6 +617,14 @@ class KernelImpl:
         return env["impl"]
 
 
+def stock_call(typingctx, fallback: Callable, name: str, err: Exception, input_types: tuple, keep: list) -> ChosenCall | None:
+    """The call of ``fallback(reason)``'s stock kernel, for a kernel whose IR emission raised
+    ``err`` while its caller was typed (the reason is recorded by ``fallback``)."""
+    problem = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    stock = as_dispatcher(fallback(f"{name} failed to compile: {problem}"), len(input_types))
+    return dispatcher_call(typingctx, stock, input_types, keep)
+
+
 def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str = "policy_scalar", fallback=None):
     """A kernel for scalar ops applied to native scalars: the body alone, no loop.
 
@@ -654,9 +660,7 @@ def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str =
         except Exception as err:  # noqa: BLE001  (any failure of the generator)
             if fallback is None:
                 raise
-            problem = f"{type(err).__name__}: {err}".splitlines()[0][:300]
-            stock = as_dispatcher(fallback(f"{name} failed to compile: {problem}"), len(inputs))
-            return dispatcher_call(typingctx, stock, inputs, keep)
+            return stock_call(typingctx, fallback, name, err, inputs, keep)
         return ChosenCall(ret, lambda context, builder, args: call_own_function(context, builder, own, args))
 
     # Named parameters, not ``*inputs``: PyTensor's indexed loop (`vectorize_codegen`) packs
