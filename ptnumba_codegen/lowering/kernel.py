@@ -490,13 +490,12 @@ class KernelImpl:
         ret = out_types[0] if self.n_out == 1 else types.Tuple(out_types)
 
         def emit(context, builder, args):
-            held = []
-            if mirrored is not None and context.enable_nrt:
-                held = [(ty, a) for ty, a in zip(input_types, args, strict=True) if isinstance(ty, types.Array)]
+            mirror = mirrored is not None and context.enable_nrt
+            held = [(ty, a) for ty, a in zip(input_types, args, strict=True) if isinstance(ty, types.Array)] if mirror else []
             for ty, a in held:
                 context.nrt.incref(builder, ty, a)
             raw = self.loop.emit(context, builder, input_types, args)
-            if mirrored is not None and context.enable_nrt:
+            if mirror:
                 for ty, a in held:
                     context.nrt.decref(builder, ty, a)
                 pairs = MIRRORED_ENTRIES[mirrored][0]
