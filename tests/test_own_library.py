@@ -342,3 +342,94 @@ def test_scalar_kernels_written_as_ir_give_the_overloads_final_ir(monkeypatch):
     assert _normalized_ir(final_ir(own)) == _normalized_ir(final_ir(reference))
     for u, v in zip(res, want, strict=True):
         assert_same_bits(u, v)
+
+
+_OVERLOAD_FORWARDER = "_overload_forwarder.<locals>._kernel_overload.<locals>.impl"
+
+
+def _overload_forwarder(fn, fallback, name, n_inputs):
+    """`kernel.compiled_or_stock` as it was before stop 49, the reference: numba's overload of
+    a forwarding function, compiled by numba's pipeline (a failure to compile ``fn`` inside
+    a probe gives the stock kernel)."""
+    from numba.extending import overload
+
+    from ptnumba_codegen.lowering.base import define
+
+    def forward(*inputs):
+        return fn(*inputs)
+
+    @overload(forward, jit_options=kernel.KERNEL_JIT_OPTIONS)
+    def _kernel_overload(*inputs):
+        try:
+            params = ", ".join(f"x{k}" for k in range(len(inputs)))
+            probe = define(f"def probe({params}):\n    return fn({params})\n", fn=fn)
+            njit(**kernel.KERNEL_JIT_OPTIONS)(probe).compile(tuple(inputs))
+        except Exception as err:  # noqa: BLE001
+            return kernel.call_stock(fallback, f"{name} failed to compile: {err}")
+
+        def impl(*inputs):
+            return fn(*inputs)
+
+        return impl
+
+    return forward
+
+
+@pytest.mark.parametrize("kind", ["parts", "stock_loop"])
+def test_forwarders_written_as_ir_give_the_overloads_final_ir(kind, monkeypatch):
+    """`kernel.forwarder`: the call of an indexed kernel's compiled inner graph ("parts") or
+    of the stock loop around its scalar core ("stock_loop") goes through a function written
+    as IR with the references numba's forwarding overload takes (`FORWARDER_RESULT_PAIRS`),
+    no numba pipeline: the whole function's final optimized IR is the overload's, and so
+    are its bits (a gather, a sum under ``reassoc``, a comparison at a tie, a scatter-add)."""
+    from ptnumba_codegen.backend import dispatch
+    from ptnumba_codegen.backend.plans import plan_node
+
+    x, b = pt.dvector("x"), pt.dvector("b")
+    idx = pt.lvector("idx")
+    value = pt.exp(x[idx]) * b if kind == "parts" else x[idx] * b * 3.0
+    out = pt.switch(pt.le(x[idx] * b * x[idx], 1.0), value, 0.0).sum()
+    inputs, outs = [x, idx, b], [out, pytensor.grad(out, x)]
+    rng = np.random.default_rng(3)
+    xv, bv = rng.uniform(0.5, 1.5, 7), rng.uniform(0.5, 1.5, 8)
+    bv[1] = 1.0 / (xv[3] * xv[3])  # a tie for the comparison
+    values = [xv, np.array([0, 3, 6, 3, -1, 2, 3, 3]), bv]
+
+    listener = _Compiles()
+    with event.install_listener("numba:compile", listener):
+        own = compile_fn(inputs, outs, "policy_default", inspect_ir=True)
+        res = own(*values)
+    kinds = [plan_node(n).kind for n in policy_nodes(own)]
+    assert kind in kinds, kinds
+    assert all(ptnumba_codegen.fallback_reason(n) is None for n in policy_nodes(own))
+    assert _OVERLOAD_FORWARDER not in [name for name, _ in listener.seen]
+
+    monkeypatch.setattr(dispatch, "compiled_or_stock", _overload_forwarder)
+    listener = _Compiles()
+    with event.install_listener("numba:compile", listener):
+        reference = compile_fn(inputs, outs, "policy_default", inspect_ir=True)
+        want = reference(*values)
+    assert _OVERLOAD_FORWARDER in [name for name, _ in listener.seen]
+    assert _normalized_ir(final_ir(own)) == _normalized_ir(final_ir(reference))
+    for u, v in zip(res, want, strict=True):
+        assert_same_bits(u, v)
+
+
+def test_a_forwarded_kernel_that_fails_to_compile_is_the_stock_kernel():
+    """A compiled inner graph that numba cannot compile for the caller's argument types is
+    the node's stock kernel, decided while the caller is typed, with the reason recorded."""
+    reasons = []
+
+    def fallback(reason):
+        reasons.append(reason)
+        return njit(lambda x: x + 1.0)
+
+    fn = njit(lambda x: undefined_name_for_this_test + x)  # noqa: F821  (numba cannot type it)
+    forwarded = kernel.compiled_or_stock(fn, fallback, "policy_parts", 1)
+
+    @njit
+    def caller(x):
+        return forwarded(x)
+
+    assert caller(2.0) == 3.0
+    assert len(reasons) == 1 and reasons[0].startswith("policy_parts failed to compile: "), reasons

@@ -126,7 +126,7 @@ def stock_loop(op, node, plan: KernelPlan, **kwargs):
     fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
     with config.change_flags(numba__fastmath=fast):
         fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(plan.stock_op, node, **kwargs)
-    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_stock_loop")
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_stock_loop", len(node.inputs))
     return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
 
 
@@ -138,7 +138,7 @@ def parts_kernel(op, node, plan: KernelPlan, **kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k != "storage_map"}  # the outer graph's
     with config.change_flags(numba__fastmath=fast):
         fn, key = numba_funcify_and_cache_key(plan.stock_op, squeeze_output=True, fgraph_name="policy_parts", **kwargs)
-    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_parts")
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_parts", len(node.inputs))
     return fn, None if key is None else cache_key("parts", fast, op.policy.digest, key)
 
 

@@ -25,8 +25,6 @@ from llvmlite import ir
 from numba.core import types
 from numba.core.errors import TypingError
 from numba.core.registry import cpu_target
-from numba import njit
-from numba.core.dispatcher import Dispatcher
 from numba.extending import intrinsic, overload
 from numba.np import arrayobj
 from numpy.lib.stride_tricks import as_strided
@@ -244,46 +242,64 @@ def call_stock(fallback, reason: str):
     return impl
 
 
-def compiled_or_stock(fn: Callable, fallback, name: str):
+# The forwarder's IR is the one numba lowers for ``def impl(*inputs): return fn(*inputs)``
+# (the overload of a forwarding function, which `compiled_or_stock` was before stop 49):
+# references to the array inputs taken before the call and given back after it, then the
+# result's reference taken and given back once (its assignment and its return). LLVM then sees the same function, inlines it
+# or not and optimizes the callee's code as before: the final IR is the overload's
+# (tests/test_own_library.py compares them; a plain call moved bayesian_var_ireland's logp
+# by one ulp in stop 47, docs/benchmarks.md).
+FORWARDER_RESULT_PAIRS = 1
+
+
+def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int):
     """``fn`` (a function numba compiles: the stock loop around our scalar core, an indexed
     kernel's inner graph) behind a compile check. Our part of it is checked by its own dry
-    run, the code around it is not: it is compiled on its own for the caller's argument
-    types when the caller is typed, and any failure makes the node's kernel the stock one
-    (``fallback(reason)``) instead of an exception at the function's first call."""
+    run, the code around it is not: numba types and compiles ``fn`` (a dispatcher, or a
+    function it overloads) for the caller's argument types while the caller is typed, and
+    any failure makes the node's kernel the stock one (``fallback(reason)``) instead of an
+    exception at the function's first call.
 
-    def kernel(*inputs):
-        return fn(*inputs)
+    A Python function of ``n_inputs`` arguments that numba calls as a `typed_call`: ``fn`` is
+    called from a forwarder written as IR in a library of its own, with no numba pipeline
+    (`FORWARDER_RESULT_PAIRS`)."""
+    keep: list = [fn]  # numba's Dispatcher type refers to a dispatcher weakly
 
-    kernel.__name__ = name
-
-    @overload(kernel, jit_options=KERNEL_JIT_OPTIONS)
-    def _kernel_overload(*inputs):
+    def choose(typingctx, input_types) -> ChosenCall | None:
+        inputs = tuple(input_types)
         try:
-            compile_check(fn, name, tuple(inputs))
+            fnty = typingctx.resolve_value_type(fn)
+            signature = typingctx.resolve_function_type(fnty, inputs, {})
+            if signature is None:
+                raise TypingError(f"{name}: no signature of {fn} for {inputs}")
+
+            def emit(context, builder, args):
+                # numba's entry block holds only the stack slots (calls add theirs there)
+                body = builder.append_basic_block("B0")
+                builder.branch(body)
+                builder.position_at_end(body)
+                for ty, a in zip(inputs, args, strict=True):
+                    context.nrt.incref(builder, ty, a)
+                call_args = list(args)
+                if len(signature.args) == 1 and isinstance(signature.args[0], types.StarArgTuple):
+                    call_args = [context.make_tuple(builder, signature.args[0], call_args)]  # ``*inputs``
+                result = context.get_function(fnty, signature)(builder, call_args)
+                for ty, a in zip(inputs, args, strict=True):
+                    context.nrt.decref(builder, ty, a)
+                for _ in range(FORWARDER_RESULT_PAIRS):
+                    context.nrt.incref(builder, signature.return_type, result)
+                    context.nrt.decref(builder, signature.return_type, result)
+                return result
+
+            own = build_own_function(_dry_run_context(), name, signature.return_type(*inputs), emit)
         except Exception as err:  # noqa: BLE001  (any failure of the code around our core)
-            return call_stock(fallback, f"{name} failed to compile: {type(err).__name__}: {err}".splitlines()[0][:300])
+            return stock_call(typingctx, fallback, name, err, inputs, keep)
+        return ChosenCall(own.signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
 
-        def impl(*inputs):
-            return fn(*inputs)
-
-        return impl
-
+    params = ", ".join(f"x{k}" for k in range(n_inputs))
+    kernel = define(f"def {name}({params}):\n    return fn({params})\n", fn=fn)
+    typed_call(kernel, n_inputs, choose)
     return kernel
-
-
-def compile_check(fn, name: str, input_types: tuple) -> None:
-    """Compile ``fn`` for ``input_types`` or raise. A numba dispatcher compiles itself for
-    those types: the overload the impl calls afterwards is that same compiled function (its
-    dispatcher's cache), so the check costs nothing more. Any other callable is compiled
-    inside a probe function: that probe is a library of its own, optimized and turned into
-    machine code with ``fn`` linked in, which the impl never runs (for a large indexed
-    kernel, as much LLVM time as the kernel itself)."""
-    if isinstance(fn, Dispatcher):
-        fn.compile(input_types)
-        return
-    params = ", ".join(f"x{k}" for k in range(len(input_types)))
-    probe = njit(**KERNEL_JIT_OPTIONS)(define(f"def {name}({params}):\n    return fn({params})\n", fn=fn))
-    probe.compile(input_types)
 
 
 def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, chunking=None) -> LoopKernel:
