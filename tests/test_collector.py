@@ -121,9 +121,10 @@ def test_the_switch_names_its_values(own_collector, monkeypatch):
 
 
 def test_a_policy_functions_rewrites_and_funcify_postpone_too(own_collector, monkeypatch):
-    """The rewrite sequence that runs the policy's passes and the funcify of a policy graph
-    run with the oldest generation's threshold raised, as numba's compiles do; the thresholds
-    are Python's again once the function is compiled, and the function computes as before."""
+    """The rewrite sequence that runs the policy's passes, PyTensor's linking after it and
+    the funcify of a policy graph run with the oldest generation's threshold raised, as
+    numba's compiles do; the thresholds are Python's again once the function is compiled,
+    and the function computes as before."""
     import pytensor
     import pytensor.tensor as pt
     from pytensor.graph.rewriting.basic import SequentialGraphRewriter
@@ -132,9 +133,16 @@ def test_a_policy_functions_rewrites_and_funcify_postpone_too(own_collector, mon
     from ptnumba_codegen.backend import node_wrappers
     from ptnumba_codegen.passes.rewritten_graphs import CachedRewriteSequence
 
+    from pytensor.link.basic import Linker
+
     monkeypatch.delenv(collector.ENV, raising=False)
-    seen = {"rewrites": [], "funcify": []}
+    seen = {"rewrites": [], "schedule": [], "funcify": []}
     sequence_apply = SequentialGraphRewriter.apply
+    schedule = Linker.schedule
+
+    def spy_schedule(self, fgraph):
+        seen["schedule"].append(gc.get_threshold())
+        return schedule(self, fgraph)
 
     def spy_sequence(self, fgraph, *args, **kwargs):
         if type(self) is CachedRewriteSequence:
@@ -148,6 +156,7 @@ def test_a_policy_functions_rewrites_and_funcify_postpone_too(own_collector, mon
         return graph_function(fgraph, **kwargs)
 
     monkeypatch.setattr(SequentialGraphRewriter, "apply", spy_sequence)
+    monkeypatch.setattr(Linker, "schedule", spy_schedule)
     monkeypatch.setattr(node_wrappers, "graph_function", spy_graph_function)
     x = pt.dvector("x")
     out = pt.exp(x * 1.25) + pt.log1p(x)  # a kernel of its own: nothing shared with other tests
@@ -155,7 +164,9 @@ def test_a_policy_functions_rewrites_and_funcify_postpone_too(own_collector, mon
         fn = pytensor.function([x], out, mode=ptnumba_codegen.policy_mode("default"))
     value = np.array([0.5, 1.5])
     assert np.array_equal(fn(value), np.exp(value * 1.25) + np.log1p(value))
-    for phase in ("rewrites", "funcify"):
+    # PyTensor's linking between the rewrites and the funcify (its schedule of the graph)
+    # too: the scope the rewrites hold for the graph ends at its funcify
+    for phase in ("rewrites", "schedule", "funcify"):
         assert seen[phase], phase
         for t0, t1, t2 in seen[phase]:
             assert (t0, t1) == THRESHOLDS[:2] and t2 >= THRESHOLDS[2] * collector.POSTPONED_FACTOR, phase
@@ -188,4 +199,47 @@ def test_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, how):
         gc.disable()
     with collector.postponed_while():
         assert gc.get_threshold() == THRESHOLDS
+    assert gc.get_threshold() == THRESHOLDS
+
+
+class _Owner:
+    pass
+
+
+def test_a_held_scope_lasts_until_released_or_its_owner_is_freed(own_collector, monkeypatch):
+    """`collector.hold_for`: a scope spanning two calls, ended by `release_for` (once; a
+    second release does nothing) or by its owner being freed; held scopes nest with the
+    others and the last one to end puts Python's thresholds back."""
+    monkeypatch.delenv(collector.ENV, raising=False)
+    collector.configure()
+    first, second = _Owner(), _Owner()
+    collector.hold_for(first)
+    raised = gc.get_threshold()
+    assert raised[:2] == THRESHOLDS[:2] and raised[2] >= THRESHOLDS[2] * collector.POSTPONED_FACTOR
+    collector.hold_for(first)  # held once per owner
+    with collector.postponed_while():
+        collector.hold_for(second)
+    assert gc.get_threshold() == raised  # the block's end keeps the held scopes'
+    collector.release_for(first)
+    assert gc.get_threshold() == raised  # the second owner's holds
+    collector.release_for(first)
+    del second
+    gc.collect(0)
+    assert gc.get_threshold() == THRESHOLDS
+    assert not collector._held
+
+
+@pytest.mark.parametrize("how", ["python", "disabled"])
+def test_held_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, how):
+    if how == "python":
+        monkeypatch.setenv(collector.ENV, "python")
+    else:
+        monkeypatch.delenv(collector.ENV, raising=False)
+    collector.configure()
+    if how == "disabled":
+        gc.disable()
+    owner = _Owner()
+    collector.hold_for(owner)
+    assert gc.get_threshold() == THRESHOLDS
+    collector.release_for(owner)
     assert gc.get_threshold() == THRESHOLDS

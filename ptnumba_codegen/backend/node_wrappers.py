@@ -96,6 +96,7 @@ def funcify_node(op, node=None, **kwargs):
         token = _DIRECT.set(True)
         try:
             with collector.postponed_while():
+                collector.release_for(op)  # the scope its rewrites held (`passes.rewritten_graphs`)
                 return graph_function(op, node=node, **kwargs)
         finally:
             _DIRECT.reset(token)

@@ -342,7 +342,9 @@ class CachedRewriteSequence(SequentialGraphRewriter):
             return super().apply(fgraph, *args, **kwargs)
         collector.configure()
         with collector.postponed_while():
-            return self._apply_policy_sequence(fgraph, *args, **kwargs)
+            result = self._apply_policy_sequence(fgraph, *args, **kwargs)
+            collector.hold_for(fgraph)  # until its funcify (`node_wrappers.funcify_node`)
+            return result
 
     def _apply_policy_sequence(self, fgraph, *args, **kwargs):
         key = graph_key(self, fgraph)

@@ -10,7 +10,9 @@ wrappers), so a cold compile triggers several full collections that find little 
 `configure()` listens to numba's ``numba:compile`` events (raised inside numba's global
 compiler lock): while the outermost compile runs, and while a policy graph is rewritten
 (`passes.rewritten_graphs`) or funcified (`backend.node_wrappers.graph_function`), which
-`postponed_while` scopes, the threshold of the oldest generation is raised tenfold beyond
+`postponed_while` scopes, and from a policy graph's rewrites to its funcify (`hold_for`: PyTensor's
+linking between them schedules the graph, where the collection the rewrites postponed used
+to run), the threshold of the oldest generation is raised tenfold beyond
 its count so far (`POSTPONED_FACTOR`), so that mostly the young generations are collected
 (cycles that die young are freed as before); when it ends the threshold is put back as it
 was, and a collection postponed runs at the collector's next opportunity. The thresholds are
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import weakref
 
 from numba.core import event
 
@@ -58,7 +61,7 @@ class Postponement:
         self.depth = 0
         self.saved: tuple[int, int, int] | None = None  # the thresholds in force before
         self.raised: tuple[int, int, int] | None = None  # the ones set for the scope
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a held scope's owner may be freed by a collection inside
 
     def enter(self) -> None:
         with self._lock:
@@ -111,6 +114,32 @@ def postponed_while():
 
 
 _listener: FullCollectionsPostponed | None = None
+
+# id(owner) -> the finalizer that ends the scope held for ``owner`` if it dies first
+_held: dict[int, weakref.finalize] = {}
+
+
+def hold_for(owner) -> None:
+    """Full collections postponed from now until `release_for` ``owner`` (or until ``owner``
+    is freed): a scope spanning two calls, a policy graph's rewrites and its funcify, so that
+    PyTensor's linking between them (its schedule of the graph) does not run the collection
+    the rewrites postponed. Nothing once held, or before the setting postpones."""
+    if _listener is None or id(owner) in _held:
+        return
+    POSTPONEMENT.enter()
+    _held[id(owner)] = weakref.finalize(owner, _end_held, id(owner))
+
+
+def release_for(owner) -> None:
+    """End the scope `hold_for` ``owner`` holds (nothing if none)."""
+    finalizer = _held.get(id(owner))
+    if finalizer is not None and finalizer.detach() is not None:
+        _end_held(id(owner))
+
+
+def _end_held(key: int) -> None:
+    if _held.pop(key, None) is not None:
+        POSTPONEMENT.exit()
 
 
 def _apply(choice: str, environ) -> str:
