@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numba
 import numpy as np
 from llvmlite import ir
-from numba.core import compiler, types
+from numba.core import cgutils, compiler, types
 from numba.core.cpu_options import FastMathOptions
 from numba.np import npyfuncs, ufunc_db
 from numba.np.math import mathimpl
@@ -44,6 +44,7 @@ from pytensor.scalar.loop import ScalarLoop
 from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
 from ptnumba_codegen.lowering.cython_calls import cython_function, plan_cython_call
+from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.lowering.formulas import (
     _floor_divide_float,
@@ -283,6 +284,68 @@ def _int_exponent(t: Typed) -> bool:
     return isinstance(t.inputs[1], types.Integer | types.Boolean)
 
 
+# Integer powers written as IR: numba's ``int_power`` (``numba.cpython.numbers``), the
+# function stock's ``x ** n`` compiles (strict: numba issue 9554), as a loop of the same
+# multiplications, without a numba compile of it per process (0.09 s of BEST's cold compile).
+# Only where its value is fixed by those multiplications alone: a float64 base (numba
+# computes in the result's type) and an exponent of at most 16 bits, so that ``|n|`` never
+# passes numba's 65536 cutoff (beyond it numba calls ``pow``) and its negation never
+# overflows; other exponents keep the compiled ``_pow``. Strict: IEEE multiplications
+# in numba's order give numba's bits in any form LLVM optimizes them to.
+INT_POWER_EXPONENT_BITS = 16
+
+
+def _int_power_in_ir(t: Typed) -> bool:
+    exponent = t.inputs[1]
+    return (
+        t.inputs[0] == types.float64
+        and t.outputs[0] == types.float64
+        and isinstance(exponent, types.Integer)
+        and exponent.bitwidth <= INT_POWER_EXPONENT_BITS
+    )
+
+
+def _int_power(context, builder, t, args):
+    """``int_power(a, b)``: ``r = 1; e = |b|; while e: if e & 1: r *= a; e >>= 1; a *= a``,
+    then ``1 / r`` for a negative ``b``, raising numba's ``ZeroDivisionError`` where ``r`` is
+    zero (as stock's does: ``0.0 ** -1`` and underflows); every float operation without flags."""
+    base, exponent = args
+    i64 = ir.IntType(64)
+    f64 = base.type
+    with stamp(builder, ()):  # strict, whatever the class's flags (claims them from the rule's stamp)
+        signed = t.inputs[1].signed
+        wide = builder.sext(exponent, i64) if signed else builder.zext(exponent, i64)
+        negative = builder.icmp_signed("<", wide, ir.Constant(i64, 0)) if signed else ir.Constant(ir.IntType(1), 0)
+        start = builder.select(negative, builder.sub(ir.Constant(i64, 0), wide), wide)
+        entry = builder.block
+        header = builder.append_basic_block("int_power.loop")
+        body = builder.append_basic_block("int_power.body")
+        done = builder.append_basic_block("int_power.done")
+        builder.branch(header)
+        builder.position_at_end(header)
+        r = builder.phi(f64)
+        a = builder.phi(f64)
+        e = builder.phi(i64)
+        builder.cbranch(builder.icmp_unsigned("!=", e, ir.Constant(i64, 0)), body, done)
+        builder.position_at_end(body)
+        odd = builder.icmp_unsigned("!=", builder.and_(e, ir.Constant(i64, 1)), ir.Constant(i64, 0))
+        r_next = builder.select(odd, builder.fmul(r, a), r)
+        a_next = builder.fmul(a, a)
+        e_next = builder.lshr(e, ir.Constant(i64, 1))
+        builder.branch(header)
+        r.add_incoming(ir.Constant(f64, 1.0), entry)
+        r.add_incoming(r_next, body)
+        a.add_incoming(base, entry)
+        a.add_incoming(a_next, body)
+        e.add_incoming(start, entry)
+        e.add_incoming(e_next, body)
+        builder.position_at_end(done)
+        # ``1.0 / r`` as numba's int_power divides (Python's error model): 0 ** -n raises
+        with builder.if_then(negative, likely=False), cgutils.if_zero(builder, r):
+            context.call_conv.return_user_exc(builder, ZeroDivisionError, ("division by zero",))
+        return builder.select(negative, builder.fdiv(ir.Constant(f64, 1.0), r), r)
+
+
 def _narrower_float(ty, out) -> bool:
     """A float type other than the float output's (float32 against float64)."""
     return isinstance(ty, types.Float) and isinstance(out, types.Float) and ty != out
@@ -434,9 +497,10 @@ RULES: dict[type, Rule] = {
         _pick(
             {
                 "int": python(_pow, force_strict=_int_exponent),
+                "int_in_ir": _simple("int_power", _int_power),
                 "float": vector_form(python(_pow), ("pow",), None, pow_formula, exact=_lanes("pow")),
             },
-            lambda t: "int" if _int_exponent(t) else "float",
+            lambda t: ("int_in_ir" if _int_power_in_ir(t) else "int") if _int_exponent(t) else "float",
         ),
         # a float base of the output's dtype keeps stock's integer power for an integer
         # exponent (x**3 is x*x*x); an integer or narrower base is cast, and so is a
