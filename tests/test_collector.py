@@ -243,3 +243,16 @@ def test_held_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, h
     assert gc.get_threshold() == THRESHOLDS
     collector.release_for(owner)
     assert gc.get_threshold() == THRESHOLDS
+
+
+def test_a_held_scope_ends_with_the_next_outermost_compile(own_collector, monkeypatch):
+    """A graph whose funcify never comes (a Scan's inner graph, rewritten and compiled
+    inside its outer function's) holds no longer than the next outermost numba compile."""
+    monkeypatch.delenv(collector.ENV, raising=False)
+    collector.configure()
+    owner = _Owner()
+    collector.hold_for(owner)
+    assert gc.get_threshold()[2] >= THRESHOLDS[2] * collector.POSTPONED_FACTOR
+    assert _compile_one(3.0) == 8.0
+    assert gc.get_threshold() == THRESHOLDS and not collector._held
+    del owner

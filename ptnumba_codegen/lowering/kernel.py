@@ -245,10 +245,10 @@ def call_stock(fallback, reason: str):
 # The forwarder's IR is the one numba lowers for ``def impl(*inputs): return fn(*inputs)``
 # (the overload of a forwarding function, which `compiled_or_stock` was before stop 49):
 # references to the array inputs taken before the call and given back after it, then the
-# result's reference taken and given back once (its assignment and its return). LLVM then sees the same function, inlines it
-# or not and optimizes the callee's code as before: the final IR is the overload's
-# (tests/test_own_library.py compares them; a plain call moved bayesian_var_ireland's logp
-# by one ulp in stop 47, docs/benchmarks.md).
+# result's reference taken and given back once (its assignment and its return). LLVM then
+# sees the same function, inlines it or not and optimizes the callee's code as before: the
+# final IR is the overload's (tests/test_own_library.py compares them; a plain call moved
+# bayesian_var_ireland's logp by one ulp in stop 47, docs/benchmarks.md).
 FORWARDER_RESULT_PAIRS = 1
 
 

@@ -93,6 +93,8 @@ class FullCollectionsPostponed(event.Listener):
     def on_end(self, ev):
         if self.started:
             self.started -= 1
+            if not self.started:
+                release_all()  # a graph whose funcify never came (a Scan's inner graph) holds no longer
             POSTPONEMENT.exit()
 
 
@@ -120,10 +122,11 @@ _held: dict[int, weakref.finalize] = {}
 
 
 def hold_for(owner) -> None:
-    """Full collections postponed from now until `release_for` ``owner`` (or until ``owner``
-    is freed): a scope spanning two calls, a policy graph's rewrites and its funcify, so that
-    PyTensor's linking between them (its schedule of the graph) does not run the collection
-    the rewrites postponed. Nothing once held, or before the setting postpones."""
+    """Full collections postponed from now until `release_for` ``owner``, the end of the
+    next outermost numba compile, or ``owner`` being freed, whichever comes first: a scope
+    spanning two calls, a policy graph's rewrites and its funcify, so that PyTensor's linking
+    between them (its schedule of the graph) does not run the collection the rewrites
+    postponed. Nothing once held, or before the setting postpones."""
     if _listener is None or id(owner) in _held:
         return
     POSTPONEMENT.enter()
@@ -135,6 +138,15 @@ def release_for(owner) -> None:
     finalizer = _held.get(id(owner))
     if finalizer is not None and finalizer.detach() is not None:
         _end_held(id(owner))
+
+
+def release_all() -> None:
+    """End every held scope (at the end of an outermost numba compile: whatever a graph's
+    rewrites held is over once a function is compiled)."""
+    for key in list(_held):
+        finalizer = _held.get(key)
+        if finalizer is not None and finalizer.detach() is not None:
+            _end_held(key)
 
 
 def _end_held(key: int) -> None:
