@@ -188,6 +188,10 @@ def test_scopes_nest_and_the_outermost_puts_the_thresholds_back(own_collector, m
     assert gc.get_threshold() == THRESHOLDS
 
 
+class _Owner:
+    pass
+
+
 @pytest.mark.parametrize("how", ["python", "disabled"])
 def test_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, how):
     if how == "python":
@@ -200,10 +204,11 @@ def test_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, how):
     with collector.postponed_while():
         assert gc.get_threshold() == THRESHOLDS
     assert gc.get_threshold() == THRESHOLDS
-
-
-class _Owner:
-    pass
+    owner = _Owner()  # a held scope (`hold_for`) too
+    collector.hold_for(owner)
+    assert gc.get_threshold() == THRESHOLDS
+    collector.release_for(owner)
+    assert gc.get_threshold() == THRESHOLDS
 
 
 def test_a_held_scope_lasts_until_released_or_its_owner_is_freed(own_collector, monkeypatch):
@@ -227,22 +232,6 @@ def test_a_held_scope_lasts_until_released_or_its_owner_is_freed(own_collector, 
     gc.collect(0)
     assert gc.get_threshold() == THRESHOLDS
     assert not collector._held
-
-
-@pytest.mark.parametrize("how", ["python", "disabled"])
-def test_held_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, how):
-    if how == "python":
-        monkeypatch.setenv(collector.ENV, "python")
-    else:
-        monkeypatch.delenv(collector.ENV, raising=False)
-    collector.configure()
-    if how == "disabled":
-        gc.disable()
-    owner = _Owner()
-    collector.hold_for(owner)
-    assert gc.get_threshold() == THRESHOLDS
-    collector.release_for(owner)
-    assert gc.get_threshold() == THRESHOLDS
 
 
 def test_a_held_scope_ends_with_the_next_outermost_compile(own_collector, monkeypatch):
