@@ -245,3 +245,26 @@ def test_a_held_scope_ends_with_the_next_outermost_compile(own_collector, monkey
     assert _compile_one(3.0) == 8.0
     assert gc.get_threshold() == THRESHOLDS and not collector._held
     del owner
+
+
+def test_a_scans_inner_graphs_hold_nothing_once_the_function_is_compiled(own_collector, monkeypatch):
+    """A Scan's inner graphs are rewritten by the policy's sequence too but never funcified
+    as policy graphs: what they hold ends with the function's compile (Python's thresholds
+    back, nothing held), and the function computes as before."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    import ptnumba_codegen
+
+    monkeypatch.delenv(collector.ENV, raising=False)
+    x0 = pt.dscalar("x0")
+    a = pt.dvector("a")
+    steps = pytensor.scan(lambda ai, x: 0.9 * x + pt.exp(ai) * 0.01, sequences=[a], outputs_info=[x0],
+                          return_updates=False)
+    with pytensor.config.change_flags(numba__cache=False):
+        fn = pytensor.function([x0, a], pytensor.grad(steps[-1], a), mode=ptnumba_codegen.policy_mode("default"))
+        got = fn(0.5, np.linspace(-1.0, 1.0, 7))
+    want = np.array([0.9 ** (6 - k) * 0.01 * np.exp(v) for k, v in enumerate(np.linspace(-1.0, 1.0, 7))])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert gc.get_threshold() == THRESHOLDS
+    assert not collector._held
