@@ -39,8 +39,8 @@ from ptnumba_codegen.lowering.own_library import (
     OwnFunction,
     as_dispatcher,
     build_own_function,
-    call_own_function,
     dispatcher_call,
+    own_call,
     typed_call,
 )
 from ptnumba_codegen.runtime.threads import ensure_threading
@@ -294,7 +294,7 @@ def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int):
             own = build_own_function(_dry_run_context(), name, signature.return_type(*inputs), emit)
         except Exception as err:  # noqa: BLE001  (any failure of the code around our core)
             return stock_call(typingctx, fallback, name, err, inputs, keep)
-        return ChosenCall(own.signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
+        return own_call(own)
 
     params = ", ".join(f"x{k}" for k in range(n_inputs))
     kernel = define(f"def {name}({params}):\n    return fn({params})\n", fn=fn)
@@ -450,7 +450,7 @@ class KernelImpl:
             self.on_entry(EntryChoice(input_types, because, mirrored))
         if own is None:
             return self.generated_call(typingctx, input_types)
-        return ChosenCall(own.signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
+        return own_call(own)
 
     def generated_call(self, typingctx, input_types: tuple) -> ChosenCall | None:
         """The call of ``python_entry``'s overload (``*inputs``: numba passes them as one tuple)."""
@@ -676,7 +676,7 @@ def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str =
             if fallback is None:
                 raise
             return stock_call(typingctx, fallback, name, err, inputs, keep)
-        return ChosenCall(ret, lambda context, builder, args: call_own_function(context, builder, own, args))
+        return own_call(own)
 
     # Named parameters, not ``*inputs``: PyTensor's indexed loop (`vectorize_codegen`) packs
     # the arguments of a star-args core into a tuple straight from the loaded array

@@ -93,6 +93,11 @@ class ChosenCall:
     emit: Callable
 
 
+def own_call(own: OwnFunction) -> ChosenCall:
+    """The call of ``own`` (`call_own_function`), as a typed call's choice."""
+    return ChosenCall(own.signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
+
+
 def typed_call(fn: Callable, n_args: int, choose: Callable) -> None:
     """Make numba type and lower calls of the Python function ``fn(a0, ..., a{n_args-1})``
     with ``choose(typingctx, arg_types) -> ChosenCall | None``, asked once per argument types
@@ -148,4 +153,5 @@ def dispatcher_call(typingctx, dispatcher, arg_types: tuple, keep: list) -> Chos
     return ChosenCall(signature.return_type, emit)
 
 
-__all__ = ["ChosenCall", "OwnFunction", "as_dispatcher", "build_own_function", "call_own_function", "dispatcher_call", "typed_call"]
+__all__ = ["ChosenCall", "OwnFunction", "as_dispatcher", "build_own_function", "call_own_function", "dispatcher_call",
+           "own_call", "typed_call"]
