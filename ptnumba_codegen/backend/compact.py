@@ -17,10 +17,10 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
 from pytensor.tensor.shape import SpecifyShape
-from pytensor.tensor.subtensor import IncSubtensor
+from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_increments
+from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_increments, compact_subtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
@@ -30,6 +30,7 @@ from ptnumba_codegen.backend.compact_arrays import (
 )
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
+from ptnumba_codegen.backend.compact_subtensor import CompactSubtensor
 from ptnumba_codegen.backend.compact_views import CompactDimShuffle
 
 
@@ -94,6 +95,13 @@ COMPACT = {
         "fills np.empty(length, dtype): np.empty's overload, compiled per dtype; the compact one "
         "is an intrinsic filling an array from np.empty's own allocation inside its caller",
         make=compact_arrays.compact_scalarized_join,
+    ),
+    Subtensor: Compact(
+        CompactSubtensor,
+        "a numba function of its own per index pattern and types (x[indices], np.asarray), one more "
+        "pipeline and LLVM module; the compact one is an intrinsic making the same view with numba's "
+        "own typing and basic indexing inside its caller (lowering.node_intrinsics)",
+        compact_subtensor.why_not_compact,
     ),
     IncSubtensor: Compact(
         CompactIncSubtensor,

@@ -1,0 +1,116 @@
+"""``Subtensor``'s view made inside its caller, without a numba function of its own.
+
+PyTensor's numba ``Subtensor`` is a function generated per index pattern, ``z = x[indices];
+return np.asarray(z)``, compiled by numba with ``boundscheck=True``: one more run of
+numba's pipeline and one more LLVM module per pattern and argument types, in every cold
+process (3-14 such nodes in a core catalogue model).
+
+`CompactSubtensor` is the same op (a subclass: shape inference, gradient, printing are
+Subtensor's). Its node function is an intrinsic (`lowering.node_intrinsics`) that types
+stock's ``x[indices]`` with numba's own typing of that ``getitem`` and lowers it with
+numba's own basic indexing, with the bounds check stock compiles its function with: the
+same view (or 0-d array, for an element), numba type and ``IndexError``, written into the
+caller (tests/test_compact_subtensor.py). A view moves no value: it is a data pointer,
+shape and strides.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from numba.core import types
+from numba.core.imputils import impl_ret_borrowed
+from numba.np import arrayobj
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+from pytensor.scalar.basic import ScalarType
+from pytensor.tensor.subtensor import Subtensor
+
+from ptnumba_codegen.backend.dispatch import cache_key, stock_node_function
+from ptnumba_codegen.lowering import node_intrinsics as ni
+
+
+class CompactSubtensor(Subtensor):
+    """``Subtensor`` whose numba function is an intrinsic (`subtensor_intrinsic`)."""
+
+
+CompactSubtensor.__name__ = "Subtensor"
+
+
+def why_not_compact(node) -> str | None:
+    """Why ``node`` (a ``Subtensor``) keeps the stock op, or None: every index input a
+    scalar (what ``make_node`` builds; stock would read a 0-d tensor's ``.item()``)."""
+    for v in node.inputs[1:]:
+        if not isinstance(v.type, ScalarType):
+            return f"index input {v.type} is not a scalar"
+    return None
+
+
+def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock):
+    """``subtensor(x, idx_0, ...)``: stock's ``np.asarray(x[indices])`` with ``indices``
+    built from ``idx_list`` as stock's source builds them (a scalar index input, or a
+    ``slice`` of them and ``None``; `why_not_compact`), typed by numba's own typing of that
+    ``getitem`` and lowered by numba's own basic indexing, with the bounds check stock
+    compiles its function with; ``stock()`` where the generator cannot lower it."""
+
+    def typer(typingctx, arg_types):
+        aryty, scalar = arg_types[0], arg_types[1:]
+        if not isinstance(aryty, types.Array) or len(scalar) != n_indices:
+            return None
+        if not all(isinstance(t, types.Integer) for t in scalar):
+            return None
+        index_types, slice_signatures = [], {}
+        for k, entry in enumerate(idx_list):
+            if isinstance(entry, slice):
+                # stock's source omits a missing step (numba then keeps contiguous view types)
+                parts = [entry.start, entry.stop, entry.step][: 3 if entry.step is not None else 2]
+                part_types = tuple(types.none if p is None else scalar[p] for p in parts)
+                slice_signatures[k] = (parts, part_types, typingctx.resolve_function_type(slice, part_types, {}))
+                index_types.append(slice_signatures[k][2].return_type)
+            else:
+                index_types.append(scalar[entry])
+        got = typingctx.resolve_function_type(operator.getitem, (aryty, types.BaseTuple.from_types(index_types)), {})
+        if got is None:
+            return None
+        item_type = got.return_type
+        out_type = item_type if isinstance(item_type, types.Array) else types.Array(item_type, 0, "C")
+
+        def emit(context, builder, args):
+            values = args[1:]
+            indices = []
+            for k, entry in enumerate(idx_list):
+                if k not in slice_signatures:
+                    indices.append(values[entry])
+                    continue
+                # numba's slice(...) as its call lowering makes it: each part cast to its
+                # signature's type first
+                parts, part_types, signature = slice_signatures[k]
+                part_values = [
+                    context.get_dummy_value() if p is None else context.cast(builder, values[p], ty, want)
+                    for p, ty, want in zip(parts, part_types, signature.args, strict=True)
+                ]
+                indices.append(context.get_function(slice, signature)(builder, part_values))
+            ary = ni.array_struct(context, builder, aryty, args[0])
+            data, shape, strides = arrayobj.basic_indexing(context, builder, aryty, ary, index_types, indices, boundscheck=True)
+            if isinstance(item_type, types.Array):
+                view = arrayobj.make_view(context, builder, aryty, ary, item_type, data, shape, strides)
+                return impl_ret_borrowed(context, builder, item_type, view._getvalue())
+            item = arrayobj.load_item(context, builder, aryty, data)
+            out = ni.new_array(context, builder, out_type, [])
+            ni.store(context, builder, out_type, out, [], item, item_type)
+            return out._getvalue()
+
+        return out_type(*arg_types), emit
+
+    return ni.node_intrinsic("subtensor", 1 + n_indices, typer, stock)
+
+
+@register_funcify_and_cache_key(CompactSubtensor)
+def numba_funcify_CompactSubtensor(op, node, **kwargs):
+    """The intrinsic and its cache key (the package's source and the index list; the
+    indices' dtypes are the call's)."""
+    idx_list = tuple(op.idx_list)
+    fn = subtensor_intrinsic(idx_list, len(node.inputs) - 1, stock_node_function(op, node))
+    return fn, cache_key("CompactSubtensor", "intrinsic", repr(idx_list))
+
+
+__all__ = ["CompactSubtensor", "subtensor_intrinsic", "why_not_compact"]
