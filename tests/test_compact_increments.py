@@ -19,6 +19,7 @@ from pytensor.graph.basic import Constant
 from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.subtensor import IncSubtensor
 
+from conftest import numba_compiles
 from ptnumba_codegen.backend import compact_increments
 from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.backend.compact_increments import BROADCAST_MESSAGE, CompactIncSubtensor
@@ -98,13 +99,60 @@ def test_the_compact_function_is_stocks(case, set_instead_of_inc, inplace):
         assert _run(stock, args)[0] == _run(compact, args)[0] == ("raised", BROADCAST_MESSAGE)
 
 
+@njit
+def _allocate():
+    return np.empty(1)
+
+
 def test_no_broadcast_to_in_the_compact_source():
     stock, compact = _nodes(CASES[4], False, False)
-    fn = numba_funcify(compact.op, node=compact)
+    fn = compact_increments.compact_function(compact.op, compact)
     src = fn.py_func.__source__ if hasattr(fn.py_func, "__source__") else ""
     stock_src = numba_funcify(stock.op, node=stock).py_func.__source__
     assert "np.broadcast_to(y, target.shape)" in stock_src
     assert "broadcast_to" not in src and "raise ValueError" in src
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("case", [0, 5, 7, 9])
+def test_an_increment_is_lowered_into_its_caller(case, inplace):
+    """No numba function of its own (stock's compiles ``inc_subtensor`` and ``np.copy``'s
+    and ``np.broadcast_to``'s implementations); the same bits as stock's."""
+    stock, compact = _nodes(CASES[case], False, inplace)
+    args = _args(CASES[case], stock, CASES[case][3])
+    _allocate()  # numba's allocator, compiled once a process on the first allocation
+    with numba_compiles() as compiled:
+        got, got_type = _run(compact, args)
+    assert compiled == ["call"], compiled
+    with numba_compiles() as compiled:
+        want, want_type = _run(stock, args)
+    assert "inc_subtensor" in compiled, compiled  # the control
+    assert got_type == want_type and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize(("xdtype", "ydtype"), [("float32", "float64"), ("float64", "int64"), ("int64", "int8"),
+                                                 ("int8", "int8"), ("bool", "bool"), ("float32", "float32")])
+@pytest.mark.parametrize("set_instead_of_inc", [False, True])
+def test_mixed_dtypes_add_and_store_as_stock(xdtype, ydtype, set_instead_of_inc):
+    """``+=`` at numba's type for the two dtypes, then the store's conversion to the
+    target's dtype: rounding of a float32 target, wrapping of an int8 one."""
+    x = pt.tensor("x", shape=(None, None), dtype=xdtype)
+    y = pt.tensor("y", shape=(None,), dtype=ydtype)
+    fn = pt.set_subtensor if set_instead_of_inc else pt.inc_subtensor
+    stock = fn(x[1:, 2], y).owner
+    compact = compact_op(stock).make_node(*stock.inputs)
+    rng = np.random.default_rng(4)
+    xs = (rng.normal(size=(4, 3)) * 100).astype(xdtype)
+    ys = (rng.normal(size=3) * 100 + 0.37).astype(ydtype)
+    if xdtype == "int8":
+        xs[1:, 2] = [120, -120, 127]
+    args = [xs, ys, *[np.int64(v.data) for v in stock.inputs[2:]]]
+    _allocate()  # numba's allocator, compiled once a process on the first allocation
+    with numba_compiles() as compiled:
+        got, got_type = _run(compact, args)
+    assert compiled == ["call"], compiled  # the intrinsic, not its fallback
+    want, want_type = _run(stock, args)
+    assert got_type == want_type and got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
 def test_an_advanced_increment_keeps_the_stock_op():
@@ -117,11 +165,38 @@ def test_an_advanced_increment_keeps_the_stock_op():
     assert compact_op(node) is None
 
 
-def test_a_scalar_update_keeps_the_stock_op():
-    x = pt.vector("x")
-    node = pt.inc_subtensor(x[1:], pt.scalar("s")).owner
-    assert compact_increments.why_not_compact(node) is not None
-    assert compact_op(node) is None
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("set_instead_of_inc", [False, True])
+@pytest.mark.parametrize("where", ["slice", "column", "element", "element from the end"])
+def test_a_0d_update_is_stocks(where, set_instead_of_inc, inplace):
+    """A 0-d update (stock's ``y.item()``) of a view or of one element (stock's
+    ``z[indices] += y.item()``, bounds-checked): lowered into the caller, stock's bits, and
+    stock's ``IndexError`` for an element out of bounds."""
+    x, s, i = pt.dmatrix("x"), pt.dscalar("s"), pt.lscalar("i")
+    target = {"slice": x[1:, ::2], "column": x[:, i], "element": x[i, 1], "element from the end": x[-1, i]}[where]
+    fn = pt.set_subtensor if set_instead_of_inc else pt.inc_subtensor
+    stock = fn(target, s).owner
+    if inplace:
+        op = stock.op
+        stock = IncSubtensor(op.idx_list, inplace=True, set_instead_of_inc=op.set_instead_of_inc).make_node(*stock.inputs)
+    compact = compact_op(stock)
+    assert type(compact) is CompactIncSubtensor
+    compact = compact.make_node(*stock.inputs)
+    index_args = [np.int64(v.data) if isinstance(v, Constant) else np.int64(2) for v in stock.inputs[2:]]
+    args = [RNG.normal(size=(4, 3)), np.array(0.1 + 1e-17), *index_args]
+    _allocate()
+    with numba_compiles() as compiled:
+        got, got_type = _run(compact, args)
+    assert compiled == ["call"], compiled
+    want, want_type = _run(stock, args)
+    assert got_type == want_type and got.tobytes() == want.tobytes()
+    if where.startswith("element") or where == "column":
+        bad = [*args[:2], *[np.int64(5) if not isinstance(v, Constant) else np.int64(v.data) for v in stock.inputs[2:]]]
+        with pytest.raises(IndexError) as want_err:
+            _caller(stock)(*[a.copy() for a in bad])
+        with pytest.raises(IndexError) as got_err:
+            _caller(compact)(*[a.copy() for a in bad])
+        assert str(got_err.value) == str(want_err.value)
 
 
 def test_a_source_without_the_line_keeps_stocks_function():

@@ -20,7 +20,7 @@ from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_increments, compact_subtensor
+from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_subtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
@@ -105,10 +105,10 @@ COMPACT = {
     ),
     IncSubtensor: Compact(
         CompactIncSubtensor,
-        "checks an array update with np.broadcast_to, whose implementation (_can_broadcast, "
-        "np.asarray) numba compiles per pair of types; the compact one makes _can_broadcast's test "
-        "in stock's own source",
-        compact_increments.why_not_compact,
+        "a numba function of its own per index pattern and types, which compiles np.copy's and "
+        "np.broadcast_to's implementations (_can_broadcast, np.asarray) besides; the compact one is "
+        "an intrinsic inside its caller making stock's copy, view, _can_broadcast's test and loop with "
+        "numba's own pieces (its fallback: stock's source with that test spelled out)",
     ),
 }
 

@@ -17,6 +17,7 @@ shape and strides.
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 
 from numba.core import types
 from numba.core.imputils import impl_ret_borrowed
@@ -45,52 +46,83 @@ def why_not_compact(node) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class BasicIndex:
+    """Stock's ``indices`` for one ``idx_list`` and index scalars' numba types, as numba
+    types them: a scalar index input, or a ``slice`` of them (stock's source omits a missing
+    step, so numba keeps contiguous view types) with the signature of numba's ``slice(...)``."""
+
+    idx_list: tuple
+    index_types: tuple
+    slices: dict  # position in idx_list -> (index inputs or None, their types, slice(...)'s signature)
+
+    def values(self, context, builder, scalars: list) -> list:
+        """The indices' IR: numba's ``slice(...)`` as its call lowering makes it (each part
+        cast to its signature's type first), or the index scalar itself."""
+        indices = []
+        for k, entry in enumerate(self.idx_list):
+            if k not in self.slices:
+                indices.append(scalars[entry])
+                continue
+            parts, part_types, signature = self.slices[k]
+            part_values = [
+                context.get_dummy_value() if p is None else context.cast(builder, scalars[p], ty, want)
+                for p, ty, want in zip(parts, part_types, signature.args, strict=True)
+            ]
+            indices.append(context.get_function(slice, signature)(builder, part_values))
+        return indices
+
+
+def type_basic_index(typingctx, idx_list: tuple, scalar_types: tuple) -> BasicIndex | None:
+    """`BasicIndex` of ``idx_list`` for index scalars of ``scalar_types`` (None unless every
+    one is an integer)."""
+    if not all(isinstance(t, types.Integer) for t in scalar_types):
+        return None
+    index_types, slices = [], {}
+    for k, entry in enumerate(idx_list):
+        if isinstance(entry, slice):
+            parts = [entry.start, entry.stop, entry.step][: 3 if entry.step is not None else 2]
+            part_types = tuple(types.none if p is None else scalar_types[p] for p in parts)
+            slices[k] = (parts, part_types, typingctx.resolve_function_type(slice, part_types, {}))
+            index_types.append(slices[k][2].return_type)
+        else:
+            index_types.append(scalar_types[entry])
+    return BasicIndex(tuple(idx_list), tuple(index_types), slices)
+
+
+def getitem_type(typingctx, aryty, index: BasicIndex):
+    """The numba type of ``ary[indices]`` (an array view, or an element), or None."""
+    got = typingctx.resolve_function_type(operator.getitem, (aryty, types.BaseTuple.from_types(index.index_types)), {})
+    return None if got is None else got.return_type
+
+
+def index_into(context, builder, aryty, value, index: BasicIndex, scalars: list):
+    """``(array struct, data, shape, strides)`` of ``value[indices]``: numba's own basic
+    indexing, with the bounds check stock compiles its functions with."""
+    ary = ni.array_struct(context, builder, aryty, value)
+    indices = index.values(context, builder, scalars)
+    data, shape, strides = arrayobj.basic_indexing(context, builder, aryty, ary, index.index_types, indices, boundscheck=True)
+    return ary, data, shape, strides
+
+
 def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock):
-    """``subtensor(x, idx_0, ...)``: stock's ``np.asarray(x[indices])`` with ``indices``
-    built from ``idx_list`` as stock's source builds them (a scalar index input, or a
-    ``slice`` of them and ``None``; `why_not_compact`), typed by numba's own typing of that
-    ``getitem`` and lowered by numba's own basic indexing, with the bounds check stock
-    compiles its function with; ``stock()`` where the generator cannot lower it."""
+    """``subtensor(x, idx_0, ...)``: stock's ``np.asarray(x[indices])`` (`BasicIndex`),
+    typed by numba's own typing of that ``getitem`` and lowered by numba's own basic
+    indexing, with the bounds check stock compiles its function with; ``stock()`` where the
+    generator cannot lower it."""
 
     def typer(typingctx, arg_types):
         aryty, scalar = arg_types[0], arg_types[1:]
         if not isinstance(aryty, types.Array) or len(scalar) != n_indices:
             return None
-        if not all(isinstance(t, types.Integer) for t in scalar):
+        index = type_basic_index(typingctx, idx_list, scalar)
+        item_type = None if index is None else getitem_type(typingctx, aryty, index)
+        if item_type is None:
             return None
-        index_types, slice_signatures = [], {}
-        for k, entry in enumerate(idx_list):
-            if isinstance(entry, slice):
-                # stock's source omits a missing step (numba then keeps contiguous view types)
-                parts = [entry.start, entry.stop, entry.step][: 3 if entry.step is not None else 2]
-                part_types = tuple(types.none if p is None else scalar[p] for p in parts)
-                slice_signatures[k] = (parts, part_types, typingctx.resolve_function_type(slice, part_types, {}))
-                index_types.append(slice_signatures[k][2].return_type)
-            else:
-                index_types.append(scalar[entry])
-        got = typingctx.resolve_function_type(operator.getitem, (aryty, types.BaseTuple.from_types(index_types)), {})
-        if got is None:
-            return None
-        item_type = got.return_type
         out_type = item_type if isinstance(item_type, types.Array) else types.Array(item_type, 0, "C")
 
         def emit(context, builder, args):
-            values = args[1:]
-            indices = []
-            for k, entry in enumerate(idx_list):
-                if k not in slice_signatures:
-                    indices.append(values[entry])
-                    continue
-                # numba's slice(...) as its call lowering makes it: each part cast to its
-                # signature's type first
-                parts, part_types, signature = slice_signatures[k]
-                part_values = [
-                    context.get_dummy_value() if p is None else context.cast(builder, values[p], ty, want)
-                    for p, ty, want in zip(parts, part_types, signature.args, strict=True)
-                ]
-                indices.append(context.get_function(slice, signature)(builder, part_values))
-            ary = ni.array_struct(context, builder, aryty, args[0])
-            data, shape, strides = arrayobj.basic_indexing(context, builder, aryty, ary, index_types, indices, boundscheck=True)
+            ary, data, shape, strides = index_into(context, builder, aryty, args[0], index, args[1:])
             if isinstance(item_type, types.Array):
                 view = arrayobj.make_view(context, builder, aryty, ary, item_type, data, shape, strides)
                 return impl_ret_borrowed(context, builder, item_type, view._getvalue())
@@ -113,4 +145,4 @@ def numba_funcify_CompactSubtensor(op, node, **kwargs):
     return fn, cache_key("CompactSubtensor", "intrinsic", repr(idx_list))
 
 
-__all__ = ["CompactSubtensor", "subtensor_intrinsic", "why_not_compact"]
+__all__ = ["BasicIndex", "CompactSubtensor", "getitem_type", "index_into", "subtensor_intrinsic", "type_basic_index", "why_not_compact"]
