@@ -271,3 +271,79 @@ def test_a_specify_shape_is_lowered_into_its_caller_and_raises_the_same_error():
         with pytest.raises(SpecifyShapeError) as err:
             caller(np.zeros(bad), np.array(2), None, np.array(3))
         assert str(err.value) == f"SpecifyShape: dim {dim} of input has shape {actual}, expected {expected}."
+
+
+@pytest.mark.parametrize(("shape", "axis", "dtype"), [((2, 7, 3), 1, "int64"), ((7, 3), 0, "int32"), ((3, 7), 1, "int8"),
+                                                      ((7,), 0, "int64")])
+def test_a_split_is_lowered_into_its_caller_with_the_generated_functions_views(shape, axis, dtype):
+    """`checks.split_views`: no numba pipeline for the node function; the views of the
+    generated function (its fallback) on the same arguments: the same numba type, data
+    pointers, shapes and strides; its errors with its messages."""
+    from numba import njit
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    x = pt.tensor("x", shape=(None,) * len(shape))
+    sizes = pt.vector("sizes", dtype=dtype)
+    node = CompactSplit(3, axis).make_node(x, sizes)
+    fn = numba_funcify(node.op, node=node)
+    caller = njit(lambda a, b: fn(a, b))
+    arr = np.arange(float(np.prod(shape))).reshape(shape)[(slice(None),) * len(shape)]
+    good = np.array([2, 0, 5], dtype=dtype)
+    with numba_compiles() as compiled:
+        got = caller(arr, good)
+    assert compiled == ["<lambda>"], compiled
+    # the generated function itself, compiled by numba: what the intrinsic stands in for
+    src_fn = njit(lambda a, b: gen(a, b))
+    gen = _generated_split(node)
+    want = src_fn(arr, good)
+    assert caller.nopython_signatures[0].return_type == src_fn.nopython_signatures[0].return_type
+    for g, w in zip(got, want, strict=True):
+        assert g.__array_interface__ == w.__array_interface__
+    for bad in ([2, 0, 4], [3, -1, 5], [2, 5]):
+        with pytest.raises(ValueError) as want_err:
+            src_fn(arr, np.array(bad, dtype=dtype))
+        with pytest.raises(ValueError) as got_err:
+            caller(arr, np.array(bad, dtype=dtype))
+        assert type(got_err.value) is type(want_err.value) and str(got_err.value) == str(want_err.value)
+
+
+def _generated_split(node):
+    """The compact split's generated function (the intrinsic's fallback), as numba compiles it."""
+    from numba.core.dispatcher import Dispatcher
+
+    from ptnumba_codegen.backend import checks
+
+    captured = []
+    original = checks.split_views
+
+    def capture(n, axis, ndim, stock):
+        captured.append(stock)
+        return original(n, axis, ndim, stock)
+
+    checks.split_views = capture
+    try:
+        checks.numba_funcify_CompactSplit(node.op, node)
+    finally:
+        checks.split_views = original
+    fn = captured[0]()
+    assert isinstance(fn, Dispatcher)
+    return fn
+
+
+def test_a_split_of_unsigned_sizes_is_the_generated_function():
+    """Unsigned sizes (a comparison and a running sum of another kind): the intrinsic
+    leaves them to the generated function, its fallback, which numba compiles."""
+    from numba import njit
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    node = CompactSplit(2, 0).make_node(pt.vector("x"), pt.vector("sizes", dtype="uint8"))
+    fn = numba_funcify(node.op, node=node)
+    caller = njit(lambda a, b: fn(a, b))
+    arr = np.arange(5.0)
+    with numba_compiles() as compiled:
+        got = caller(arr, np.array([2, 3], dtype="uint8"))
+    assert "split" in compiled, compiled
+    want = njit(lambda a, b: gen(a, b))
+    gen = _generated_split(node)
+    for g, w in zip(got, want(arr, np.array([2, 3], dtype="uint8")), strict=True):
+        assert g.__array_interface__ == w.__array_interface__

@@ -27,12 +27,14 @@ without string formatting").
 from __future__ import annotations
 
 import ctypes
+import operator
 
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
+from numba.np import arrayobj
 
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
@@ -41,6 +43,7 @@ from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
+from ptnumba_codegen.backend.compact_subtensor import getitem_type, index_into, type_basic_index
 from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
@@ -57,6 +60,8 @@ MISMATCH_SYMBOL = "ptnumba_codegen_shape_mismatch"
 _MISMATCH = (ctypes.c_int64 * 3)()
 llvm.add_symbol(MISMATCH_SYMBOL, ctypes.addressof(_MISMATCH))
 SPLIT_SUM = -1  # the record's first field for `SplitSizesError` (a SpecifyShape's dim is >= 0)
+SPLIT_LENGTH_MESSAGE = "Length of splits is not equal to n_splits"  # stock's
+SPLIT_NEGATIVE_MESSAGE = "Split sizes cannot be negative"  # stock's
 
 
 def record_mismatch(dim, actual, expected):
@@ -200,7 +205,8 @@ def checked_shape(checked: tuple[bool, ...], stock):
 @register_funcify_and_cache_key(CompactSplit)
 def numba_funcify_CompactSplit(op, node, **kwargs):
     """Stock's ``split(x, sizes)`` (the checks in its order, the views ``np.split`` returns:
-    ``x[full slices, start:stop on the axis]``, typed alike) and its cache key."""
+    ``x[full slices, start:stop on the axis]``, typed alike) and its cache key: `split_views`,
+    a node intrinsic, with the generated function below as its per-node fallback."""
     n, axis, ndim = op.len_splits, op.axis, node.inputs[0].type.ndim
 
     def view(start, stop):
@@ -209,10 +215,10 @@ def numba_funcify_CompactSplit(op, node, **kwargs):
     lines = [
         "def split(x, sizes):",
         f"    if len(sizes) != {n}:",
-        '        raise ValueError("Length of splits is not equal to n_splits")',
+        f"        raise ValueError({SPLIT_LENGTH_MESSAGE!r})",
         f"    for k in range({n}):",
         "        if sizes[k] < 0:",
-        '            raise ValueError("Split sizes cannot be negative")',
+        f"            raise ValueError({SPLIT_NEGATIVE_MESSAGE!r})",
         "    s0 = 0",
         *(f"    s{k + 1} = s{k} + sizes[{k}]" for k in range(n)),
         f"    if s{n} != x.shape[{axis}]:",
@@ -220,16 +226,79 @@ def numba_funcify_CompactSplit(op, node, **kwargs):
         "        raise SplitSizesError()",
         f"    return ({''.join(view(f's{k}', f's{k + 1}') + ', ' for k in range(n))})",
     ]
-    fn = compile_function_src("\n".join(lines) + "\n", "split", {"SplitSizesError": SplitSizesError, "record_mismatch": _record_mismatch_ir})
-    return numba_basic.numba_njit(fn), cache_key("CompactSplit", n, axis, ndim)
+
+    def stock():
+        env = {"SplitSizesError": SplitSizesError, "record_mismatch": _record_mismatch_ir}
+        return numba_basic.numba_njit(compile_function_src("\n".join(lines) + "\n", "split", env))
+
+    return split_views(n, axis, ndim, stock), cache_key("CompactSplit", n, axis, ndim, "intrinsic")
+
+
+def split_views(n: int, axis: int, ndim: int, stock):
+    """``split(x, sizes)`` lowered into the graph's function (`node_intrinsics`), as the
+    generated function above does it: ``len(sizes) != n`` and a negative size raise its
+    ``ValueError``s in its order; the running sums ``s0 = 0, s{k+1} = s{k} + sizes[k]`` at
+    numba's type for them (int64: signed sizes only); a total other than the axis' length
+    records the mismatch and raises `SplitSizesError`; then the tuple of views
+    ``x[..., s{k}:s{k+1}, ...]``, typed and made by numba's own basic indexing
+    (`compact_subtensor.index_into`)."""
+    # the view of one part: full slices, and the slice of two running sums on the axis
+    idx_list = tuple(slice(0, 1, None) if k == axis else slice(None, None, None) for k in range(ndim))
+
+    def typer(typingctx, arg_types):
+        x, sizes = arg_types
+        if not isinstance(x, types.Array) or x.ndim != ndim or ndim == 0:
+            return None
+        if not (isinstance(sizes, types.Array) and sizes.ndim == 1 and isinstance(sizes.dtype, types.Integer)):
+            return None
+        total = typingctx.resolve_function_type(operator.add, (types.int64, sizes.dtype), {})
+        if not sizes.dtype.signed or total is None or total.return_type != types.int64:
+            return None
+        index = type_basic_index(typingctx, idx_list, (types.int64, types.int64))
+        view_type = None if index is None else getitem_type(typingctx, x, index)
+        if not isinstance(view_type, types.Array):
+            return None
+        out_type = types.BaseTuple.from_types([view_type] * n)
+
+        def emit(context, builder, args):
+            sz = ni.array_struct(context, builder, sizes, args[1])
+            (length,) = cgutils.unpack_tuple(builder, sz.shape, 1)
+            with builder.if_then(builder.icmp_signed("!=", length, ni.intp(context, n)), likely=False):
+                context.call_conv.return_user_exc(builder, ValueError, (SPLIT_LENGTH_MESSAGE,))
+            parts = [ni.load(context, builder, sizes, sz, [ni.intp(context, k)]) for k in range(n)]
+            zero = context.get_constant(sizes.dtype, 0)
+            for part in parts:
+                with builder.if_then(builder.icmp_signed("<", part, zero), likely=False):
+                    context.call_conv.return_user_exc(builder, ValueError, (SPLIT_NEGATIVE_MESSAGE,))
+            add = context.get_function(operator.add, total)
+            sums = [context.get_constant(types.int64, 0)]
+            for part in parts:
+                sums.append(add(builder, [sums[-1], context.cast(builder, part, sizes.dtype, total.args[1])]))
+            axis_length = cgutils.unpack_tuple(builder, ni.array_struct(context, builder, x, args[0]).shape, ndim)[axis]
+            with builder.if_then(builder.icmp_signed("!=", sums[n], axis_length), likely=False):
+                record_mismatch_ir(context, builder, [(context.get_constant(types.int64, SPLIT_SUM), types.int64),
+                                                      (sums[n], types.int64), (axis_length, types.intp)])
+                context.call_conv.return_user_exc(builder, SplitSizesError, ())
+            views = []
+            for k in range(n):
+                ary, data, shape, strides = index_into(context, builder, x, args[0], index, [sums[k], sums[k + 1]])
+                views.append(arrayobj.make_view(context, builder, x, ary, view_type, data, shape, strides)._getvalue())
+            return impl_ret_borrowed(context, builder, out_type, context.make_tuple(builder, out_type, views))
+
+        return out_type(*arg_types), emit
+
+    return ni.node_intrinsic("split", 2, typer, stock)
 
 
 __all__ = [
     "MISMATCH_SYMBOL",
+    "SPLIT_LENGTH_MESSAGE",
+    "SPLIT_NEGATIVE_MESSAGE",
     "SPLIT_SUM",
     "CompactSpecifyShape",
     "CompactSplit",
     "SpecifyShapeError",
     "SplitSizesError",
     "record_mismatch",
+    "split_views",
 ]
