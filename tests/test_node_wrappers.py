@@ -85,7 +85,14 @@ def test_same_bits_and_flags_without_the_wrappers_and_fewer_compiles(monkeypatch
     assert direct["state"].startswith("policy graphs call their node functions")
     assert direct["bits"] == wrapped["bits"]
     assert direct["raised"] == wrapped["raised"] and "x must be finite" in direct["raised"]
-    assert direct["flags"] == wrapped["flags"] and direct["flags"]
+    # the same kinds of instruction with the same flags; where an instruction carries no
+    # fast-math flag, as often. (Fast-flagged ones may be vectorized and unrolled otherwise:
+    # an increment's elementwise adds, lowered into the graph's function directly and into
+    # a wrapper of its own under PyTensor's, are optimized in a different module.)
+    assert set(direct["flags"]) == set(wrapped["flags"]) and direct["flags"]
+    fast = {"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
+    strict = lambda counts: {k: n for k, n in counts.items() if not fast & set(k.split())}  # noqa: E731
+    assert strict(direct["flags"]) == strict(wrapped["flags"]) and strict(direct["flags"])
     assert direct["compiles"] < wrapped["compiles"], (direct["compiles"], wrapped["compiles"])
     assert any(f.startswith("string.policy_") for f in wrapped["files"]), wrapped["files"]
     assert not any(f.startswith("string.policy_") for f in direct["files"]), direct["files"]

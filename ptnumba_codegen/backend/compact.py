@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytensor.tensor.basic import Alloc, MakeVector, ScalarFromTensor, Split, TensorFromScalar
+from pytensor.tensor.basic import Alloc, Join, MakeVector, ScalarFromTensor, Split, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
@@ -20,7 +20,7 @@ from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_subtensor
+from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_join, compact_subtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
@@ -30,6 +30,7 @@ from ptnumba_codegen.backend.compact_arrays import (
 )
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
+from ptnumba_codegen.backend.compact_join import CompactJoin
 from ptnumba_codegen.backend.compact_subtensor import CompactSubtensor
 from ptnumba_codegen.backend.compact_views import CompactDimShuffle
 
@@ -102,6 +103,13 @@ COMPACT = {
         "pipeline and LLVM module; the compact one is an intrinsic making the same view with numba's "
         "own typing and basic indexing inside its caller (lowering.node_intrinsics)",
         compact_subtensor.why_not_compact,
+    ),
+    Join: Compact(
+        CompactJoin,
+        "a numba function of its own per axis and looped dimensions, which compiles np.empty's overload "
+        "besides; the compact one is an intrinsic inside its caller making stock's checks, allocation "
+        "and copies with numba's own pieces",
+        compact_join.why_not_compact,
     ),
     IncSubtensor: Compact(
         CompactIncSubtensor,
