@@ -235,6 +235,14 @@ def _mirrored_case(case):
     e = -(x - 0.3) * x
     if case == "array first":
         return [x, y], [e * y, pt.sqrt((e**2).sum())], "scalars_and_one_array"
+    if case == "two arrays between scalars":
+        f = pt.log1p(x * x) - y
+        e = pt.exp(x) * y + 1.0
+        return [x, y], [pt.log((x * y).sum()) + (e * 2).sum() * 3, e, f * 2.0 + (f * x).sum()], "scalars_and_arrays"
+    if case == "three arrays":
+        x1, y1 = pt.tensor("x1", shape=(13,)), pt.tensor("y1", shape=(13,))
+        a, b, c = pt.exp(x1) * y1, pt.log1p(x1 * x1) * 0.5, x1 - y1
+        return [x1, y1], [a, b, c, (a * b).sum() + (c * c).sum()], "scalars_and_arrays"
     assert case == "array last"
     x3 = pt.tensor("x3", shape=(2, 2, 2))
     e3 = -(x3 - 0.3) * x3
@@ -258,7 +266,8 @@ def _normalized_function(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.strip())
 
 
-@pytest.mark.parametrize("case", ["one scalar", "three scalars", "array between scalars", "array first", "array last"])
+@pytest.mark.parametrize("case", ["one scalar", "three scalars", "array between scalars", "array first", "array last",
+                                  "two arrays between scalars", "three arrays"])
 def test_mirrored_ir_entries_are_the_generated_entries_final_ir(case, monkeypatch):
     """`kernel.MIRRORED_ENTRIES`: an entry whose nest holds a reorderable float sum is
     written as IR with the generated entry's references, and the whole function's final

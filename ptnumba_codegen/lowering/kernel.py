@@ -181,6 +181,11 @@ MIRRORED_ENTRIES: dict[str, tuple[int, str]] = {
         "back the array's reference three times (the output tuple's item, the returned tuple, "
         "the return value)",
     ),
+    "scalars_and_arrays": (
+        3,
+        "scalars and several array outputs as the loop leaves them: numba's entry takes and gives "
+        "back each array's reference three times, as for one",
+    ),
 }
 
 
@@ -494,8 +499,11 @@ class KernelImpl:
         arrays = [isinstance(ty, types.Array) for ty in self.spec.output_types(input_types)]
         if all(k == "scalar" for k in kinds):
             return "scalars"
-        if self.n_out > 1 and sum(arrays) == 1 and all(k == ("as_is" if a else "scalar") for k, a in zip(kinds, arrays, strict=True)):
+        as_left = all(k == ("as_is" if a else "scalar") for k, a in zip(kinds, arrays, strict=True))
+        if self.n_out > 1 and sum(arrays) == 1 and as_left:
             return "scalars_and_one_array"
+        if self.n_out > 1 and sum(arrays) > 1 and as_left:
+            return "scalars_and_arrays"
         return None
 
     def own_entry(self, input_types: tuple, mirrored: str | None = None) -> OwnFunction:
