@@ -271,7 +271,8 @@ def test_no_long_function(module):
 
 
 # names about PyTensor's own ``Split`` op (`backend.checks`), not chunks or parts
-SPLIT_OP_NAMES = {"CompactSplit", "SplitSizesError", "SPLIT_SUM", "numba_funcify_CompactSplit"}
+SPLIT_OP_NAMES = {"CompactSplit", "SplitSizesError", "SPLIT_SUM", "SPLIT_LENGTH_MESSAGE", "SPLIT_NEGATIVE_MESSAGE",
+                  "numba_funcify_CompactSplit", "split_views"}
 
 
 def test_no_name_says_split():
