@@ -169,3 +169,57 @@ def test_a_model_agrees_with_stock_with_every_subtensor_compact(model_fns):
             np.testing.assert_allclose(g, r, rtol=1e-13, atol=0)
     with pytest.raises(IndexError):  # stock's bounds check, inside the graph's function
         model_fns["policy_default"](np.ones((4, 5)), np.ones(5), np.int64(7))
+
+
+@pytest.fixture(scope="module")
+def scalar_fns():
+    """Elements read as native scalars: PyTensor's ``ScalarSubtensor`` (its scalarize rewrite)."""
+    x = pt.dvector("x")
+    i = pt.lscalar("i")
+    s = pt.dscalar("s")
+    out = pt.exp(x[1]) * s + x[-1] * x[i] - pt.log1p(x[i] ** 2)
+    inputs = [x, i, s]
+    return {b: compile_fn(inputs, [out, pytensor.grad(out, x)], b, cache_key="compact_scalar_subtensor")
+            for b in ("stock_strict", "policy_default")}
+
+
+def test_elements_read_as_scalars_are_compact_and_stocks(scalar_fns):
+    from pytensor.tensor.rewriting.scalarize import ScalarSubtensor
+
+    from ptnumba_codegen.backend.compact_subtensor import CompactScalarSubtensor
+
+    stock = [type(n.op) for n in scalar_fns["stock_strict"].maker.fgraph.apply_nodes if isinstance(n.op, ScalarSubtensor)]
+    assert stock and set(stock) == {ScalarSubtensor}  # the control: PyTensor's rewrite makes them
+    nodes = [n for n in scalar_fns["policy_default"].maker.fgraph.apply_nodes if isinstance(n.op, ScalarSubtensor)]
+    assert nodes and all(type(n.op) is CompactScalarSubtensor for n in nodes), [type(n.op) for n in nodes]
+    assert all(str(n.op).startswith("ScalarSubtensor") for n in nodes)
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=5)
+    for i in (0, 3, -2):
+        ref = scalar_fns["stock_strict"](x, np.int64(i), 0.3)
+        got = scalar_fns["policy_default"](x, np.int64(i), 0.3)
+        for r, g in zip(ref, got, strict=True):
+            np.testing.assert_allclose(g, r, rtol=1e-13, atol=0)
+    for bad in (5, -6):  # stock's bounds check, inside the graph's function
+        with pytest.raises(IndexError):
+            scalar_fns["stock_strict"](x, np.int64(bad), 0.3)
+        with pytest.raises(IndexError):
+            scalar_fns["policy_default"](x, np.int64(bad), 0.3)
+
+
+def test_a_scalar_subtensor_is_lowered_into_its_caller():
+    """The intrinsic with ``scalar_out``: the element itself, no numba compile of its own."""
+    from pytensor.tensor.rewriting.scalarize import ScalarSubtensor
+
+    from ptnumba_codegen.backend.compact_subtensor import compact_scalar_subtensor
+
+    x, i = pt.dmatrix("x"), pt.lscalar("i")
+    fns = compile_fn([x, i], [pt.exp(x[i, 1])], "stock_strict", cache_key="scalar_subtensor_node")
+    [node] = [n for n in fns.maker.fgraph.apply_nodes if isinstance(n.op, ScalarSubtensor)]
+    compact = compact_scalar_subtensor(node).make_node(*node.inputs)
+    args = [np.arange(12.0).reshape(3, 4), *_index_args(node, [2])]
+    with numba_compiles() as compiled:
+        got, got_type = _call(compact, args)
+    assert compiled == ["call"], compiled
+    want, want_type = _call(node, args)
+    assert got_type == want_type and got == want == 9.0

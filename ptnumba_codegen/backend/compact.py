@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pytensor.tensor.basic import Alloc, Join, MakeVector, ScalarFromTensor, Split, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
-from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
+from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
 from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
@@ -31,7 +31,7 @@ from ptnumba_codegen.backend.compact_arrays import (
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
 from ptnumba_codegen.backend.compact_join import CompactJoin
-from ptnumba_codegen.backend.compact_subtensor import CompactSubtensor
+from ptnumba_codegen.backend.compact_subtensor import CompactScalarSubtensor, CompactSubtensor
 from ptnumba_codegen.backend.compact_views import CompactDimShuffle
 
 
@@ -110,6 +110,13 @@ COMPACT = {
         "besides; the compact one is an intrinsic inside its caller making stock's checks, allocation "
         "and copies with numba's own pieces",
         compact_join.why_not_compact,
+    ),
+    ScalarSubtensor: Compact(
+        CompactScalarSubtensor,
+        "an element read as a native scalar: stock's Subtensor function (x[indices]) compiled per "
+        "index pattern and types; the compact one is Subtensor's intrinsic returning the element",
+        compact_subtensor.why_not_compact_scalar,
+        make=compact_subtensor.compact_scalar_subtensor,
     ),
     IncSubtensor: Compact(
         CompactIncSubtensor,

@@ -16,6 +16,7 @@ shape and strides.
 
 from __future__ import annotations
 
+import copy
 import operator
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.np import arrayobj
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.scalar.basic import ScalarType
+from pytensor.tensor.rewriting.scalarize import ScalarSubtensor
 from pytensor.tensor.subtensor import Subtensor
 
 from ptnumba_codegen.backend.dispatch import cache_key, stock_node_function
@@ -34,7 +36,13 @@ class CompactSubtensor(Subtensor):
     """``Subtensor`` whose numba function is an intrinsic (`subtensor_intrinsic`)."""
 
 
+class CompactScalarSubtensor(ScalarSubtensor):
+    """PyTensor's ``ScalarSubtensor`` (an element read as a native scalar: an OpFromGraph
+    around one ``Subtensor``) whose numba function is the intrinsic with ``scalar_out``."""
+
+
 CompactSubtensor.__name__ = "Subtensor"
+CompactScalarSubtensor.__name__ = "ScalarSubtensor"
 
 
 def why_not_compact(node) -> str | None:
@@ -105,11 +113,37 @@ def index_into(context, builder, aryty, value, index: BasicIndex, scalars: list)
     return ary, data, shape, strides
 
 
-def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock):
-    """``subtensor(x, idx_0, ...)``: stock's ``np.asarray(x[indices])`` (`BasicIndex`),
-    typed by numba's own typing of that ``getitem`` and lowered by numba's own basic
-    indexing, with the bounds check stock compiles its function with; ``stock()`` where the
-    generator cannot lower it."""
+def inner_subtensor(node):
+    """The one ``Subtensor`` node of a ``ScalarSubtensor``'s inner graph, or None."""
+    inner = [n for n in node.op.fgraph.apply_nodes if isinstance(n.op, Subtensor)]
+    return inner[0] if len(inner) == 1 else None
+
+
+def why_not_compact_scalar(node) -> str | None:
+    """Why ``node`` (a ``ScalarSubtensor``) keeps the stock op, or None: stock calls its inner
+    ``Subtensor``'s function with the node's own inputs, which must then be that node's, in
+    order, its index inputs scalars (`why_not_compact`)."""
+    inner = inner_subtensor(node)
+    if inner is None:
+        return "no single Subtensor in its inner graph"
+    if list(inner.inputs) != list(node.op.fgraph.inputs):
+        return "its inner Subtensor does not take the graph's inputs in order"
+    return why_not_compact(inner)
+
+
+def compact_scalar_subtensor(node):
+    """The compact op for a ``ScalarSubtensor`` node: a copy of its op (an OpFromGraph: the
+    same inner graph, built once by PyTensor's rewrite) of the compact class."""
+    op = copy.copy(node.op)
+    op.__class__ = CompactScalarSubtensor
+    return op
+
+
+def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock, scalar_out: bool = False):
+    """``subtensor(x, idx_0, ...)``: stock's ``np.asarray(x[indices])`` (`BasicIndex`), or
+    with ``scalar_out`` its ``x[indices]`` (an element as a scalar), typed by numba's own
+    typing of that ``getitem`` and lowered by numba's own basic indexing, with the bounds
+    check stock compiles its function with; ``stock()`` where the generator cannot lower it."""
 
     def typer(typingctx, arg_types):
         aryty, scalar = arg_types[0], arg_types[1:]
@@ -119,7 +153,8 @@ def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock):
         item_type = None if index is None else getitem_type(typingctx, aryty, index)
         if item_type is None:
             return None
-        out_type = item_type if isinstance(item_type, types.Array) else types.Array(item_type, 0, "C")
+        element = not isinstance(item_type, types.Array)
+        out_type = types.Array(item_type, 0, "C") if element and not scalar_out else item_type
 
         def emit(context, builder, args):
             ary, data, shape, strides = index_into(context, builder, aryty, args[0], index, args[1:])
@@ -127,6 +162,8 @@ def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock):
                 view = arrayobj.make_view(context, builder, aryty, ary, item_type, data, shape, strides)
                 return impl_ret_borrowed(context, builder, item_type, view._getvalue())
             item = arrayobj.load_item(context, builder, aryty, data)
+            if scalar_out:
+                return item
             out = ni.new_array(context, builder, out_type, [])
             ni.store(context, builder, out_type, out, [], item, item_type)
             return out._getvalue()
@@ -145,4 +182,12 @@ def numba_funcify_CompactSubtensor(op, node, **kwargs):
     return fn, cache_key("CompactSubtensor", "intrinsic", repr(idx_list))
 
 
-__all__ = ["BasicIndex", "CompactSubtensor", "getitem_type", "index_into", "subtensor_intrinsic", "type_basic_index", "why_not_compact"]
+@register_funcify_and_cache_key(CompactScalarSubtensor)
+def numba_funcify_CompactScalarSubtensor(op, node, **kwargs):
+    """The intrinsic with ``scalar_out`` for the inner ``Subtensor``, and its cache key."""
+    idx_list = tuple(inner_subtensor(node).op.idx_list)
+    fn = subtensor_intrinsic(idx_list, len(node.inputs) - 1, stock_node_function(op, node), scalar_out=True)
+    return fn, cache_key("CompactScalarSubtensor", "intrinsic", repr(idx_list))
+
+
+__all__ = ["BasicIndex", "CompactScalarSubtensor", "CompactSubtensor", "compact_scalar_subtensor", "getitem_type", "index_into", "subtensor_intrinsic", "type_basic_index", "why_not_compact", "why_not_compact_scalar"]
