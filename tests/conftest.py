@@ -117,6 +117,27 @@ def numba_compiles():
         yield names
 
 
+def warm_allocator() -> None:
+    """Compile numba's allocator (`_ol_array_allocate`, compiled once a process on the first
+    allocation), so that a test counting the functions numba compiles counts only its own."""
+    from numba import njit
+
+    njit(lambda: np.empty(1))()
+
+
+def node_caller(node):
+    """A numba function calling ``node``'s numba function with as many arguments as the node
+    has inputs (PyTensor's node functions have no CPython wrapper of their own)."""
+    from numba import njit
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    fn = numba_funcify(node.op, node=node)
+    names = ", ".join(f"a{k}" for k in range(len(node.inputs)))
+    env = {"fn": fn}
+    exec(f"def call({names}):\n    return fn({names})\n", env)  # noqa: S102
+    return njit(env["call"])
+
+
 def node_function_irs(nodes, sig) -> list[str]:
     """The LLVM IR of each node's numba function compiled for ``sig`` (PyTensor's node
     functions have no CPython wrapper: a direct call would crash)."""

@@ -14,12 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytensor.tensor as pt
 import pytest
-from numba import njit
 from pytensor.graph.basic import Constant
 from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.subtensor import IncSubtensor
 
-from conftest import numba_compiles
+from conftest import node_caller, numba_compiles, warm_allocator
 from ptnumba_codegen.backend import compact_increments
 from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.backend.compact_increments import BROADCAST_MESSAGE, CompactIncSubtensor
@@ -59,16 +58,8 @@ def _nodes(case, set_instead_of_inc, inplace):
     return stock, compact.make_node(*stock.inputs)
 
 
-def _caller(node):
-    fn = numba_funcify(node.op, node=node)
-    names = ", ".join(f"a{k}" for k in range(len(node.inputs)))
-    env = {"fn": fn}
-    exec(f"def call({names}):\n    return fn({names})\n", env)  # noqa: S102
-    return njit(env["call"])
-
-
 def _run(node, args):
-    call = _caller(node)
+    call = node_caller(node)
     try:
         out = call(*[a.copy() for a in args])
     except ValueError as err:
@@ -99,11 +90,6 @@ def test_the_compact_function_is_stocks(case, set_instead_of_inc, inplace):
         assert _run(stock, args)[0] == _run(compact, args)[0] == ("raised", BROADCAST_MESSAGE)
 
 
-@njit
-def _allocate():
-    return np.empty(1)
-
-
 def test_no_broadcast_to_in_the_compact_source():
     stock, compact = _nodes(CASES[4], False, False)
     fn = compact_increments.compact_function(compact.op, compact)
@@ -120,7 +106,7 @@ def test_an_increment_is_lowered_into_its_caller(case, inplace):
     and ``np.broadcast_to``'s implementations); the same bits as stock's."""
     stock, compact = _nodes(CASES[case], False, inplace)
     args = _args(CASES[case], stock, CASES[case][3])
-    _allocate()  # numba's allocator, compiled once a process on the first allocation
+    warm_allocator()
     with numba_compiles() as compiled:
         got, got_type = _run(compact, args)
     assert compiled == ["call"], compiled
@@ -147,7 +133,7 @@ def test_mixed_dtypes_add_and_store_as_stock(xdtype, ydtype, set_instead_of_inc)
     if xdtype == "int8":
         xs[1:, 2] = [120, -120, 127]
     args = [xs, ys, *[np.int64(v.data) for v in stock.inputs[2:]]]
-    _allocate()  # numba's allocator, compiled once a process on the first allocation
+    warm_allocator()
     with numba_compiles() as compiled:
         got, got_type = _run(compact, args)
     assert compiled == ["call"], compiled  # the intrinsic, not its fallback
@@ -184,7 +170,7 @@ def test_a_0d_update_is_stocks(where, set_instead_of_inc, inplace):
     compact = compact.make_node(*stock.inputs)
     index_args = [np.int64(v.data) if isinstance(v, Constant) else np.int64(2) for v in stock.inputs[2:]]
     args = [RNG.normal(size=(4, 3)), np.array(0.1 + 1e-17), *index_args]
-    _allocate()
+    warm_allocator()
     with numba_compiles() as compiled:
         got, got_type = _run(compact, args)
     assert compiled == ["call"], compiled
@@ -193,9 +179,9 @@ def test_a_0d_update_is_stocks(where, set_instead_of_inc, inplace):
     if where.startswith("element") or where == "column":
         bad = [*args[:2], *[np.int64(5) if not isinstance(v, Constant) else np.int64(v.data) for v in stock.inputs[2:]]]
         with pytest.raises(IndexError) as want_err:
-            _caller(stock)(*[a.copy() for a in bad])
+            node_caller(stock)(*[a.copy() for a in bad])
         with pytest.raises(IndexError) as got_err:
-            _caller(compact)(*[a.copy() for a in bad])
+            node_caller(compact)(*[a.copy() for a in bad])
         assert str(got_err.value) == str(want_err.value)
 
 

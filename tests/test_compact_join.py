@@ -8,21 +8,11 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from numba import njit
-from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.basic import Join
 
-from conftest import compile_fn, numba_compiles
+from conftest import compile_fn, node_caller, numba_compiles, warm_allocator
 from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.backend.compact_join import MISMATCH_MESSAGE, CompactJoin
-
-
-def _caller(node):
-    fn = numba_funcify(node.op, node=node)
-    names = ", ".join(f"a{k}" for k in range(len(node.inputs)))
-    env = {"fn": fn}
-    exec(f"def call({names}):\n    return fn({names})\n", env)  # noqa: S102
-    return njit(env["call"])
 
 
 def _pair(out):
@@ -31,11 +21,6 @@ def _pair(out):
     compact = compact_op(stock)
     assert type(compact) is CompactJoin and str(compact) == str(stock.op)
     return stock, compact.make_node(*stock.inputs)
-
-
-@njit
-def _allocate():
-    return np.empty(1)
 
 
 RNG = np.random.default_rng(8)
@@ -68,12 +53,12 @@ def test_compact_join_is_stocks(case, layout):
     xs = [pt.tensor(f"x{k}", shape=shape, dtype=dtype) for k, (shape, dtype) in enumerate(specs)]
     stock, node = _pair(pt.join(axis, *xs))
     args = _values(specs, shapes, layout)
-    _allocate()  # numba's allocator, compiled once a process on the first allocation
-    got_call = _caller(node)
+    warm_allocator()
+    got_call = node_caller(node)
     with numba_compiles() as compiled:
         got = got_call(*args)
     assert compiled == ["call"], compiled
-    want_call = _caller(stock)
+    want_call = node_caller(stock)
     with numba_compiles() as compiled:
         want = want_call(*args)
     assert "join" in compiled, compiled  # the control: stock's compiles its own

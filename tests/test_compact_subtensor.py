@@ -8,13 +8,11 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from numba import njit
 from pytensor.graph.basic import Constant
-from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.subtensor import Subtensor
 from pytensor.tensor.type import TensorType
 
-from conftest import compile_fn, numba_compiles
+from conftest import compile_fn, node_caller, numba_compiles
 from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.backend.compact_subtensor import CompactSubtensor
 
@@ -43,11 +41,7 @@ CASES = [
 
 
 def _call(node, args):
-    fn = numba_funcify(node.op, node=node)
-    names = ", ".join(f"a{k}" for k in range(len(args)))
-    env = {"fn": fn}
-    exec(f"def call({names}):\n    return fn({names})\n", env)  # noqa: S102
-    call = njit(env["call"])
+    call = node_caller(node)
     return call(*args), call.nopython_signatures[0].return_type
 
 
