@@ -243,6 +243,14 @@ def _mirrored_case(case):
         x1, y1 = pt.tensor("x1", shape=(13,)), pt.tensor("y1", shape=(13,))
         a, b, c = pt.exp(x1) * y1, pt.log1p(x1 * x1) * 0.5, x1 - y1
         return [x1, y1], [a, b, c, (a * b).sum() + (c * c).sum()], "scalars_and_arrays"
+    if case == "one partial sum":
+        return [x, y], [(pt.log1p(x * x) * y).sum(axis=0)], "scalars_and_views"
+    if case == "two partial sums":
+        f = pt.log1p(x * x) * y
+        return [x, y], [f.sum(axis=1), (f * x).sum(axis=1)], "scalars_and_views"
+    if case == "a 3-d partial sum":
+        x3 = pt.tensor("x3", shape=(3, 2, 4))
+        return [x3], [(pt.log1p(x3 * x3) - 0.3).sum(axis=0)], "scalars_and_views"
     assert case == "array last"
     x3 = pt.tensor("x3", shape=(2, 2, 2))
     e3 = -(x3 - 0.3) * x3
@@ -267,7 +275,8 @@ def _normalized_function(text: str) -> str:
 
 
 @pytest.mark.parametrize("case", ["one scalar", "three scalars", "array between scalars", "array first", "array last",
-                                  "two arrays between scalars", "three arrays"])
+                                  "two arrays between scalars", "three arrays", "one partial sum", "two partial sums",
+                                  "a 3-d partial sum"])
 def test_mirrored_ir_entries_are_the_generated_entries_final_ir(case, monkeypatch):
     """`kernel.MIRRORED_ENTRIES`: an entry whose nest holds a reorderable float sum is
     written as IR with the generated entry's references, and the whole function's final

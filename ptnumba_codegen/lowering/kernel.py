@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.core.errors import TypingError
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic, overload
@@ -136,12 +136,37 @@ def _finish_array0d(context, builder, finish: Finish, raw, raw_type):
     return new_array0d(context, builder, types.Array(numba_type(finish.out_dtype), 0, "C"), raw, raw_type)
 
 
-# Finish.kind -> its IR form; a kind not here ("squeeze": a strided view, maybe cast) keeps
-# the generated Python entry
+def _squeeze_type(finish: Finish, raw_type):
+    return raw_type.copy(ndim=len(finish.kept_axes), layout="A")  # as_strided's (reshape_unchecked's)
+
+
+def _finish_squeeze(context, builder, finish: Finish, raw, raw_type):
+    """The generated entry's ``as_strided(raw, shape=(kept lengths), strides=(kept
+    strides))``: a call of numba's own compiled ``as_strided`` (its overload, typed as the
+    generated entry's call is), then raw's reference given back, as numba does when ``raw``
+    dies."""
+    typingctx = context.typing_context
+    k = len(finish.kept_axes)
+    tuple_type = types.UniTuple(types.intp, k)
+    fnty = typingctx.resolve_value_type(np.lib.stride_tricks.as_strided)
+    signature = typingctx.resolve_function_type(fnty, (raw_type,), {"shape": tuple_type, "strides": tuple_type})
+    ary = context.make_array(raw_type)(context, builder, raw)
+    shape = cgutils.unpack_tuple(builder, ary.shape, raw_type.ndim)
+    strides = cgutils.unpack_tuple(builder, ary.strides, raw_type.ndim)
+    kept_shape = context.make_tuple(builder, tuple_type, [shape[a] for a in finish.kept_axes])
+    kept_strides = context.make_tuple(builder, tuple_type, [strides[a] for a in finish.kept_axes])
+    view = context.get_function(fnty, signature)(builder, [raw, kept_shape, kept_strides])
+    context.nrt.decref(builder, raw_type, raw)
+    return view
+
+
+# Finish.kind -> its IR form; a kind not here keeps the generated Python entry, and so does
+# a "squeeze" with a cast (``.astype``)
 IR_FINISHES: dict[str, IRFinish] = {
     "as_is": IRFinish(lambda finish, raw_type: raw_type, lambda context, builder, finish, raw, raw_type: raw),
     "scalar": IRFinish(lambda finish, raw_type: numba_type(finish.out_dtype), _finish_scalar),  # np.<dtype>(raw)
     "array0d": IRFinish(lambda finish, raw_type: types.Array(numba_type(finish.out_dtype), 0, "C"), _finish_array0d),  # `array0d`
+    "squeeze": IRFinish(_squeeze_type, _finish_squeeze),  # not cast (a cast keeps the generated entry)
 }
 
 
@@ -154,7 +179,7 @@ GENERATED_ENTRY_WHEN: dict[str, str] = {
         "(a body with vector calls)"
     ),
     "flat_twin": "the entry branches to the 1-d loop over every element when the arrays are contiguous",
-    "unwritten_finish": "an output is finished as a squeezed view (maybe cast), which IR_FINISHES does not write",
+    "unwritten_finish": "an output is finished as a squeezed view cast to another dtype, which IR_FINISHES does not write",
     "reordered_reduction_in_entry": (
         "its loop nest is emitted in the entry itself and reduces under a flag that lets LLVM "
         "reorder the sum (reassoc), and its outputs take no form of MIRRORED_ENTRIES: LLVM may "
@@ -180,6 +205,12 @@ MIRRORED_ENTRIES: dict[str, tuple[int, str]] = {
         "scalars and one array output as the loop leaves it: numba's entry also takes and gives "
         "back the array's reference three times (the output tuple's item, the returned tuple, "
         "the return value)",
+    ),
+    "scalars_and_views": (
+        0,
+        "scalars and squeezed views of partial sums: the view is numba's own compiled as_strided, "
+        "called as the generated entry calls it, which gives the generated entry's IR with no "
+        "reference pairs of its own",
     ),
     "scalars_and_arrays": (
         3,
@@ -483,7 +514,7 @@ class KernelImpl:
         arrays = [ty for ty in loop_types if isinstance(ty, types.Array)]
         if self.loop_flat is not None and arrays and all(ty.layout in "CF" for ty in arrays):
             return "flat_twin"
-        if not all(f.kind in IR_FINISHES for f in self.finish):
+        if not all(f.kind in IR_FINISHES and not (f.kind == "squeeze" and f.cast) for f in self.finish):
             return "unwritten_finish"
         reordered = any(
             r is not None and np.dtype(r.acc_dtype).kind in "fc" and REORDERING_REDUCE_FLAGS & set(r.flags)
@@ -504,6 +535,8 @@ class KernelImpl:
             return "scalars_and_one_array"
         if self.n_out > 1 and sum(arrays) > 1 and as_left:
             return "scalars_and_arrays"
+        if "squeeze" in kinds and all(k in ("scalar", "squeeze") for k in kinds):
+            return "scalars_and_views"
         return None
 
     def own_entry(self, input_types: tuple, mirrored: str | None = None) -> OwnFunction:
