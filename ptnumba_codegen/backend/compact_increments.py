@@ -28,7 +28,6 @@ module whose other code changed): it keeps the stock op (docs/benchmarks.md, sto
 
 from __future__ import annotations
 
-import logging
 import operator
 import re
 
@@ -45,8 +44,6 @@ from pytensor.tensor.subtensor import IncSubtensor
 from ptnumba_codegen.backend.compact_subtensor import getitem_type, index_into, type_basic_index
 from ptnumba_codegen.backend.dispatch import cache_key
 from ptnumba_codegen.lowering import node_intrinsics as ni
-
-log = logging.getLogger("ptnumba_codegen")
 
 # the line of PyTensor's generated source that checks the update (the shape: a Python expression)
 BROADCAST_LINE = re.compile(r"^(\s*)np\.broadcast_to\(y, (.+)\)\s*$")
