@@ -44,6 +44,8 @@ from pytensor.scalar.loop import ScalarLoop
 from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
 from ptnumba_codegen.lowering.cython_calls import cython_function, plan_cython_call
+from ptnumba_codegen.lowering import formula_ir
+from ptnumba_codegen.lowering.formula_ir import formula_call
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.lowering.formulas import (
@@ -346,6 +348,17 @@ def _int_power(context, builder, t, args):
         return builder.select(negative, builder.fdiv(ir.Constant(f64, 1.0), r), r)
 
 
+def _compiled_or_in_ir(impl) -> Rule:
+    """``impl`` compiled as a subroutine (`python`), or, for float64, its IR
+    (`formula_ir.FORMULAS_IN_IR`) in a function called as the subroutine would be."""
+    emit = formula_call(impl.__name__)
+
+    def plan(t: Typed) -> Emitter:
+        return Emitter(emit) if formula_ir.in_ir(t) else python(impl)(t)
+
+    return Rule(plan, f"ir/python:{impl.__name__}")
+
+
 def _narrower_float(ty, out) -> bool:
     """A float type other than the float output's (float32 against float64)."""
     return isinstance(ty, types.Float) and isinstance(out, types.Float) and ty != out
@@ -498,7 +511,7 @@ RULES: dict[type, Rule] = {
             {
                 "int": python(_pow, force_strict=_int_exponent),
                 "int_in_ir": _simple("int_power", _int_power),
-                "float": vector_form(python(_pow), ("pow",), None, pow_formula, exact=_lanes("pow")),
+                "float": vector_form(_compiled_or_in_ir(_pow), ("pow",), None, pow_formula, exact=_lanes("pow")),
             },
             lambda t: ("int_in_ir" if _int_power_in_ir(t) else "int") if _int_exponent(t) else "float",
         ),
@@ -524,7 +537,7 @@ RULES: dict[type, Rule] = {
             {
                 "uint": python(None, for_input=_sigmoid_uint),
                 "other": vector_form(
-                    python(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], sigmoid_formula, exact=_lanes("sigmoid")
+                    _compiled_or_in_ir(_sigmoid), ("exp",), FORMULA_ULP["sigmoid"], sigmoid_formula, exact=_lanes("sigmoid")
                 ),
             },
             lambda t: "uint" if _is_uint(t) else "other",
@@ -535,7 +548,7 @@ RULES: dict[type, Rule] = {
             {
                 "uint": python(None, for_input=_softplus_uint),
                 "other": vector_form(
-                    python(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], softplus_formula, exact=_lanes("softplus")
+                    _compiled_or_in_ir(_softplus), ("exp", "log1p"), FORMULA_ULP["softplus"], softplus_formula, exact=_lanes("softplus")
                 ),
             },
             lambda t: "uint" if _is_uint(t) else "other",
@@ -544,11 +557,11 @@ RULES: dict[type, Rule] = {
     psm.Log1mexp: in_output_dtype(
         vector_form(python(_log1mexp), ("exp", "expm1", "log", "log1p"), FORMULA_ULP["log1mexp"], log1mexp_formula)
     ),
-    psm.GammaLn: vector_form(python(_lgamma), ("lgamma",), None, lgamma_formula, int_inputs=True),
+    psm.GammaLn: vector_form(_compiled_or_in_ir(_lgamma), ("lgamma",), None, lgamma_formula, int_inputs=True),
     psm.Psi: vector_form(_cython, ("digamma",), None, digamma_formula, int_inputs=True),
     psm.TriGamma: vector_form(_cython, ("trigamma",), None, trigamma_formula, int_inputs=True),
-    psm.Erf: vector_form(python(_erf), ("erf",), None, erf_formula),
-    psm.Erfc: vector_form(python(_erfc), ("erfc",), None, erfc_formula),
+    psm.Erf: vector_form(_compiled_or_in_ir(_erf), ("erf",), None, erf_formula),
+    psm.Erfc: vector_form(_compiled_or_in_ir(_erfc), ("erfc",), None, erfc_formula),
     ScalarLoop: Rule(_scalar_loop, "scalar_loop", multi_output=True),
 }
 
