@@ -141,16 +141,6 @@ def test_mixed_dtypes_add_and_store_as_stock(xdtype, ydtype, set_instead_of_inc)
     assert got_type == want_type and got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
-def test_an_advanced_increment_keeps_the_stock_op():
-    """Swapped the same way, the scatter moved a reassociating sum elsewhere in rugby's logp
-    by one ulp (`compact_increments`): it has no row."""
-    from pytensor.tensor.subtensor import AdvancedIncSubtensor
-
-    node = pt.inc_subtensor(pt.vector("x")[pt.lvector("i")], pt.vector("y")).owner
-    assert type(node.op) is AdvancedIncSubtensor
-    assert compact_op(node) is None
-
-
 @pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize("set_instead_of_inc", [False, True])
 @pytest.mark.parametrize("where", ["slice", "column", "element", "element from the end"])

@@ -52,7 +52,7 @@ from ptnumba_codegen.as_written.freeze import fold_exact_constants, inline_symbo
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
-from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.runtime import python_callbacks
 from ptnumba_codegen.passes.compact_checks import POSITION as COMPACT_CHECKS_POSITION

@@ -44,7 +44,7 @@ from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
 from ptnumba_codegen.backend.compact_subtensor import getitem_type, index_into, type_basic_index
-from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
 

@@ -17,10 +17,11 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
 from pytensor.tensor.shape import SpecifyShape
-from pytensor.tensor.subtensor import IncSubtensor, Subtensor
+from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_arrays, compact_dot, compact_fill, compact_join, compact_subtensor
+from ptnumba_codegen.backend import compact_advanced, compact_arrays, compact_dot, compact_fill, compact_join, compact_subtensor
+from ptnumba_codegen.backend.compact_advanced import CompactAdvancedIncSubtensor, CompactAdvancedSubtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
@@ -124,6 +125,22 @@ COMPACT = {
         "np.broadcast_to's implementations (_can_broadcast, np.asarray) besides; the compact one is "
         "an intrinsic inside its caller making stock's copy, view, _can_broadcast's test and loop with "
         "numba's own pieces (its fallback: stock's source with that test spelled out)",
+    ),
+    AdvancedSubtensor: Compact(
+        CompactAdvancedSubtensor,
+        "a numba function of its own per index pattern and types (x[idx], x[rows, cols]), which compiles "
+        "np.broadcast_shapes', np.broadcast_to's and np.empty's overloads besides; the compact one is an "
+        "intrinsic inside its caller making stock's index broadcast, allocation and copy loop with numba's "
+        "own pieces",
+        compact_advanced.why_not_compact,
+    ),
+    AdvancedIncSubtensor: Compact(
+        CompactAdvancedIncSubtensor,
+        "the same for a scatter (a gradient's inc_subtensor of x[idx], a packed matrix's set), which "
+        "compiles x.copy()'s and np.broadcast_to's implementations besides; the compact one is an "
+        "intrinsic making stock's copy, _can_broadcast's test and loop in index order (a repeated index "
+        "adds up) with numba's own pieces",
+        compact_advanced.why_not_compact,
     ),
 }
 

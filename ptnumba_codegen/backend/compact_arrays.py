@@ -32,7 +32,7 @@ from pytensor.tensor.basic import MakeVector, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
 from pytensor.tensor.type import TensorType
 
-from ptnumba_codegen.backend.dispatch import cache_key, stock_node_function
+from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
 

@@ -38,7 +38,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, regi
 from pytensor.link.utils import compile_function_src
 from pytensor.tensor.math import Dot
 
-from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.runtime import python_callbacks
 from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
 

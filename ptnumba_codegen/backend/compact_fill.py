@@ -31,7 +31,7 @@ from pytensor.tensor.basic import Alloc
 
 from ptnumba_codegen.backend.compact_arrays import c_array, empty_env
 from ptnumba_codegen.lowering import node_intrinsics as ni
-from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.backend.node_keys import cache_key
 
 
 def why_not_compact(node) -> str | None:

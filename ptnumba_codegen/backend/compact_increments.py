@@ -21,9 +21,8 @@ loaded elements, stored with numba's cast. Its fallback, where the intrinsic doe
 is stock's own source with that one line replaced by `CHECK` (`compact_function`; stock's
 unchanged where PyTensor's source does not hold the line exactly once, as for a 0-d update).
 
-``AdvancedIncSubtensor``'s scatter makes the same check, but swapped the same way it moved
-the last bit of a model's logp (a sum the policy lets reassociate, optimized by LLVM in a
-module whose other code changed): it keeps the stock op (docs/benchmarks.md, stop 45).
+``AdvancedIncSubtensor``'s scatter by integer vectors is `compact_advanced`'s intrinsic,
+with the same check (`broadcast_checks`).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from pytensor.link.utils import compile_function_src
 from pytensor.tensor.subtensor import IncSubtensor
 
 from ptnumba_codegen.backend.compact_subtensor import getitem_type, index_into, type_basic_index
-from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
 # the line of PyTensor's generated source that checks the update (the shape: a Python expression)

@@ -25,7 +25,7 @@ from numba.np.numpy_support import from_dtype
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.basic import Join
 
-from ptnumba_codegen.backend.dispatch import cache_key, stock_node_function
+from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
 MISMATCH_MESSAGE = "all the input array dimensions except for the concatenation axis must match exactly"  # stock's

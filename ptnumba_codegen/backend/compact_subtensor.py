@@ -28,7 +28,7 @@ from pytensor.scalar.basic import ScalarType
 from pytensor.tensor.rewriting.scalarize import ScalarSubtensor
 from pytensor.tensor.subtensor import Subtensor
 
-from ptnumba_codegen.backend.dispatch import cache_key, stock_node_function
+from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
 

@@ -41,7 +41,7 @@ from pytensor.link.numba.dispatch.elemwise import _dimshuffle_out_layout
 from pytensor.link.utils import compile_function_src
 from pytensor.tensor.elemwise import DimShuffle
 
-from ptnumba_codegen.backend.dispatch import cache_key
+from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.lowering.node_intrinsics import node_intrinsic
 
 SQUEEZE_MESSAGE = "DimShuffle: Attempting to squeeze axes with size not equal to one"  # stock's

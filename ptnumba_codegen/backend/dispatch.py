@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import logging
 import weakref
 
@@ -13,12 +11,11 @@ from pytensor.link.numba.dispatch.basic import (
     register_funcify_and_cache_key,
 )
 
-from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
-from ptnumba_codegen.lowering.vecmath.exact_lanes import cache_key as exact_lanes_key
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
 from ptnumba_codegen.backend.plans import KernelPlan, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel, compiled_or_stock
 from ptnumba_codegen.lowering.base import Unsupported
+from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.backend.ops import on_policy_class
 from ptnumba_codegen.backend.scalar_scan import funcify_scalar_scan
 from pytensor.scan.op import Scan
@@ -72,26 +69,6 @@ def compile_fallback(op, node, **kwargs):
         return fn
 
     return fallback
-
-
-def cache_key(*parts) -> str:
-    return hashlib.sha256(
-        repr(("ptnumba_codegen", GENERATOR_VERSION, GENERATOR_DIGEST, exact_lanes_key(), *parts)).encode()
-    ).hexdigest()
-
-
-def stock_node_function(op, node):
-    """``() -> `` the stock numba function of a compact op's node (`backend.compact`): the op
-    as its stock class (a compact class is a subclass with no state of its own), funcified
-    by PyTensor's dispatch; built when called."""
-
-    def build():
-        stock = copy.copy(op)
-        stock.__class__ = type(op).__bases__[0]
-        fn, _key = numba_funcify_and_cache_key(stock, node=node)
-        return fn
-
-    return build
 
 
 def perform_impl(node):

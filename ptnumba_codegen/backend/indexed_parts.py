@@ -10,7 +10,8 @@ Such a node keeps its place in the graph (PyTensor's own tests and rewrites see 
 FusedElemwise they made); only its *lowering* is its inner graph -- the gather
 (AdvancedSubtensor), the elementwise body (a policy kernel, vectorized), its reductions
 (policy reductions), the scatter-add (AdvancedIncSubtensor) -- compiled as one numba
-function. The same values come out with the same bits: the elementwise body is the same
+function, the gather and scatter-add as intrinsics inside it where `backend.compact` has
+them. The same values come out with the same bits: the elementwise body is the same
 scalar program with the same per-instruction flags (same requirements, same input facts),
 each reduction keeps the accumulator class the fused loop gives it, and the scatter-add
 visits the rows in the same order. The cost is one temporary array per indexed value and
@@ -29,6 +30,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from ptnumba_codegen.analysis.classify import EXACT, output_needs
+from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.backend.ops import with_policy
 
@@ -87,8 +89,9 @@ def _composite_position(var, composite) -> int | None:
 
 def parts_graph(op) -> FunctionGraph:
     """The inner graph of the indexed FusedElemwise ``op`` with its Elemwise and its
-    reductions carrying ``op``'s policy, requirements, input facts and pools (memoized on
-    the op, not part of its identity). Raises `Unsupported` when the inner graph is not
+    reductions carrying ``op``'s policy, requirements, input facts and pools, and its gathers
+    and scatters their compact ops where they have one (memoized on the op, not part of its
+    identity). Raises `Unsupported` when the inner graph is not
     the gather/body/reduce/scatter shape whose outputs map onto the body's outputs."""
     graph = getattr(op, "_parts_graph", None)
     if graph is not None:
@@ -110,6 +113,8 @@ def parts_graph(op) -> FunctionGraph:
             # the accumulator class the fused loop would give this reduction's output
             pos = _composite_position(node.outputs[0], composite)
             new_op = with_policy(node.op, op.policy, {0: {EXACT}} if pos in needs else {}, op.yields_to)
+        elif (compact := compact_op(node)) is not None:
+            new_op = compact  # a gather or scatter as an intrinsic (backend.compact), as in the outer graph
         else:
             continue
         replacements.append((node, new_op))

@@ -276,7 +276,7 @@ def funcify_scalar_scan(op, node, **kwargs):
     """(numba function, cache key) of the policy Scan ``node`` as one scalar loop."""
     from numba import njit
 
-    from ptnumba_codegen.backend.dispatch import cache_key
+    from ptnumba_codegen.backend.node_keys import cache_key
     from ptnumba_codegen.lowering.kernel import KERNEL_JIT_OPTIONS, define
 
     kwargs = {k: v for k, v in kwargs.items() if k != "storage_map"}  # the outer graph's

@@ -7,11 +7,12 @@ elements (docs/benchmarks.md, "Small nodes as intrinsics"). An intrinsic has no 
 its own: numba types the call with the typer below and the codegen writes the node's IR into
 the caller's function, where LLVM optimizes it once, with the caller.
 
-Only nodes that move values without arithmetic are lowered so (`backend.compact_arrays`,
-`backend.compact_views`, `backend.compact_subtensor`): loads, stores, allocation, views.
-Their values are the same bits whatever optimizes them, and the caller's fast-math setting,
-which numba applies to the float arithmetic of the caller's own module, finds no arithmetic
-in them. (At stop 46 a ``Subtensor`` view inside the graph's function let LLVM regroup a
+Only nodes that move values are lowered so (`backend.compact_arrays`, `backend.compact_views`,
+`backend.compact_subtensor`, `backend.compact_join`, `backend.compact_advanced`'s gathers):
+loads, stores, allocation, views, whose values are the same bits whatever optimizes them;
+and increments (`backend.compact_increments`, `backend.compact_advanced`'s scatters), whose
+each ``+=`` is one operation on two loaded elements, in stock's order, carrying the caller's
+fast-math flags as stock's function carries the same setting: nothing LLVM can regroup. (At stop 46 a ``Subtensor`` view inside the graph's function let LLVM regroup a
 reassociable sum of rugby's logp by one ulp; since reassociating kernels are optimized in
 libraries of their own (`own_library`, stop 47) the graph's code no longer reaches them, and
 the 15 core models' bits are unchanged with it: docs/benchmarks.md, stop 50.)

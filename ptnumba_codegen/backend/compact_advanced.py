@@ -1,0 +1,246 @@
+"""Integer-vector gathers and scatters (``x[idx]``, ``x[rows, cols] = v``, their gradients'
+``inc_subtensor``) as intrinsics lowered into their caller.
+
+PyTensor's numba ``AdvancedSubtensor``/``AdvancedIncSubtensor`` with integer index vectors
+is a function generated per index pattern (``vector_integer_advanced_indexing`` in PyTensor's
+dispatch): broadcast the index vectors together (``np.broadcast_shapes``, ``np.broadcast_to``),
+then ``out = np.empty(...)`` and a loop ``out[i, ...] = x[idx0[i], ..., ...]`` for a gather;
+``z = x.copy()`` (or ``z = x`` in place), a check that the update broadcasts onto the indexed
+shape (``np.broadcast_to(y, update_shape)``, whose result it discards) and a loop
+``z[idx0[i], ..., ...] += y[...]`` (or ``=``) in index order for a scatter, so that a repeated
+index accumulates. Each is one more run of numba's pipeline per pattern and types in every
+cold process, with ``np.broadcast_shapes``', ``np.broadcast_to``'s and ``np.empty``'s
+overloads behind it: 0.3-2 s of the hierarchical and Gaussian-process models of the
+catalogue (docs/benchmarks.md, stop 51).
+
+The compact ops (`CompactAdvancedSubtensor`, `CompactAdvancedIncSubtensor`: subclasses, so
+shape inference, gradients and printing are PyTensor's) take the nodes whose indices are
+integer vectors on the leading axes, in order (`why_not_compact`): what hierarchical models'
+``x[group]`` and packed triangular matrices' ``x[rows, cols]`` are. Their node function is an
+intrinsic (`advanced_intrinsic`) writing stock's function into its caller from numba's own
+pieces, in stock's order:
+
+- the index vectors' common length with ``np.broadcast_shapes``' test and message (several
+  vectors), each read at 0 where its length is 1 (``np.broadcast_to``'s zero stride);
+- a gather: numba's ``np.empty`` allocation, C order;
+- a scatter: numba's ``x.copy()`` (C order) or ``x`` in place; the tests numba's
+  ``_can_broadcast`` makes on the update, with its messages (`compact_increments.broadcast_checks`);
+  a 0-d update read once (stock's ``y.item()``);
+- per position ``i``, in order: the indices, then numba's basic indexing of ``x`` by them
+  (negative indices count from the end, as stock's ``getitem``), then the trailing elements
+  in C order, copied, or ``+=`` as numba lowers it for the two dtypes then the store's cast
+  (`compact_increments.increment_intrinsic`'s store), the update read as stock's source reads
+  it (index 0 along a dimension statically 1, the loop index or 0 by its run-time length
+  where unknown).
+
+One difference, where stock has no answer: an index out of bounds raises numba's
+``IndexError`` (stock compiles these functions without bounds checks: it reads or writes
+outside the array). Every other case keeps the stock op, and the stock function is the
+intrinsic's fallback where these types are not the node's.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from numba.core import cgutils, types
+from numba.core.imputils import impl_ret_borrowed
+from numba.np import arrayobj
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
+from pytensor.tensor.type import integer_dtypes
+
+from ptnumba_codegen.backend.compact_increments import broadcast_checks
+from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
+from ptnumba_codegen.lowering import node_intrinsics as ni
+
+SHAPES_MESSAGE = "shape mismatch: objects cannot be broadcast to a single shape"  # numba's np.broadcast_shapes
+
+
+class CompactAdvancedSubtensor(AdvancedSubtensor):
+    """``AdvancedSubtensor`` by integer vectors, whose node function is an intrinsic."""
+
+
+class CompactAdvancedIncSubtensor(AdvancedIncSubtensor):
+    """``AdvancedIncSubtensor`` by integer vectors, whose node function is an intrinsic."""
+
+
+CompactAdvancedSubtensor.__name__ = "AdvancedSubtensor"
+CompactAdvancedIncSubtensor.__name__ = "AdvancedIncSubtensor"
+
+
+def _index_inputs(node) -> list:
+    return node.inputs[1:] if isinstance(node.op, AdvancedSubtensor) else node.inputs[2:]
+
+
+def why_not_compact(node) -> str | None:
+    """Why ``node`` keeps the stock op, or None: its indices must be integer vectors, one per
+    leading axis of ``x``, in order (no slices), and a scatter must add every repeated index
+    (PyTensor's ``ignore_duplicates`` is numpy's ``x[idx] += y``, which stock compiles otherwise)."""
+    indices = _index_inputs(node)
+    if tuple(node.op.idx_list) != tuple(range(len(indices))):
+        return f"its index list {node.op.idx_list} is not one index vector per leading axis"
+    if len(indices) > node.inputs[0].type.ndim:
+        return "more indices than dimensions"
+    for idx in indices:
+        if idx.type.ndim != 1 or idx.type.dtype not in integer_dtypes:
+            return f"index {idx.type} is not an integer vector"
+    op = node.op
+    if isinstance(op, AdvancedIncSubtensor) and not op.set_instead_of_inc and op.ignore_duplicates:
+        return "an increment ignoring repeated indices"
+    return None
+
+
+def _common_length(context, builder, lengths: list):
+    """``np.broadcast_shapes`` of the index vectors' shapes ``(n,)``, with numba's test and
+    message: the length other than 1, all equal."""
+    one = ni.intp(context, 1)
+    r = one
+    for n in lengths:
+        is_one = builder.icmp_signed("==", n, one)
+        mismatch = builder.and_(
+            builder.and_(builder.not_(is_one), builder.icmp_signed("!=", r, one)), builder.icmp_signed("!=", r, n)
+        )
+        with builder.if_then(mismatch, likely=False):
+            context.call_conv.return_user_exc(builder, ValueError, (SHAPES_MESSAGE,))
+        r = builder.select(is_one, r, n)
+    return r
+
+
+def _update_index(builder, loop: list, y_static: tuple, y_shape: list, zero, one) -> list:
+    """Stock's read of the update at loop position ``loop`` (PyTensor's ``_update_value``): its
+    dimensions aligned to the loop's last ones, index 0 along one statically 1, the loop
+    index or 0 by its run-time length where unknown."""
+    offset = len(loop) - len(y_static)
+    index = []
+    for d, length in enumerate(y_static):
+        j = loop[offset + d]
+        if length == 1:
+            index.append(zero)
+        elif length is None:
+            index.append(builder.select(builder.icmp_signed("==", y_shape[d], one), zero, j))
+        else:
+            index.append(j)
+    return index
+
+
+def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
+    """``advanced_subtensor(x, idx_0, ...)``, or with ``scatter`` (``inplace``,
+    ``set_instead_of_inc``, ``y_static``: the update's static shape)
+    ``advanced_inc_subtensor(x, y, idx_0, ...)``: stock's function (see the module) as an
+    intrinsic; ``stock()`` where these types are not the node's."""
+    k = n_indices
+    n_front = 1 if scatter is None else 2
+
+    def typer(typingctx, arg_types):
+        xty, idx_types = arg_types[0], arg_types[n_front:]
+        if not isinstance(xty, types.Array) or len(idx_types) != k or xty.ndim < k:
+            return None
+        if not all(isinstance(t, types.Array) and t.ndim == 1 and isinstance(t.dtype, types.Integer) for t in idx_types):
+            return None
+        index_types = tuple(t.dtype for t in idx_types)
+        if scatter is None:
+            zty, yty, add = xty, None, None
+            out_type = types.Array(xty.dtype, 1 + xty.ndim - k, "C")
+        else:
+            yty = arg_types[1]
+            if not isinstance(yty, types.Array) or yty.ndim != len(scatter["y_static"]) or yty.ndim > 1 + xty.ndim - k:
+                return None
+            if scatter["inplace"] and not xty.mutable:
+                return None
+            zty = xty if scatter["inplace"] else xty.copy(layout="C", readonly=False)
+            add = None
+            if not scatter["set_instead_of_inc"]:
+                add = typingctx.resolve_function_type(operator.iadd, (zty.dtype, yty.dtype), {})
+                if add is None:
+                    return None
+            out_type = zty
+        # the trailing elements of x[s_0, ..., s_k-1]: a view of x, or an element
+        row = typingctx.resolve_function_type(operator.getitem, (zty, types.BaseTuple.from_types(index_types)), {})
+        if row is None:
+            return None
+        row_type = row.return_type if isinstance(row.return_type, types.Array) else zty.copy(ndim=0)
+
+        def write(context, builder, r_ptr, value, value_type):
+            if add is not None:
+                old = arrayobj.load_item(context, builder, row_type, r_ptr)
+                operands = [context.cast(builder, old, row_type.dtype, add.args[0]), context.cast(builder, value, value_type, add.args[1])]
+                value, value_type = context.get_function(operator.iadd, add)(builder, operands), add.return_type
+            arrayobj.store_item(context, builder, row_type, context.cast(builder, value, value_type, row_type.dtype), r_ptr)
+
+        def emit(context, builder, args):
+            x, idx_values = args[0], args[n_front:]
+            idxs = [ni.array_struct(context, builder, t, v) for t, v in zip(idx_types, idx_values, strict=True)]
+            lengths = [cgutils.unpack_tuple(builder, a.shape, 1)[0] for a in idxs]
+            n = lengths[0] if k == 1 else _common_length(context, builder, lengths)
+            zero, one = ni.intp(context, 0), ni.intp(context, 1)
+            if scatter is None:
+                z = x
+            else:
+                z = x if scatter["inplace"] else arrayobj._array_copy(context, builder, zty(xty), [x])
+            zs = ni.array_struct(context, builder, zty, z)
+            trailing = cgutils.unpack_tuple(builder, zs.shape, zty.ndim)[k:]
+            if scatter is None:
+                out = ni.new_array(context, builder, out_type, [n, *trailing])
+                out_shape = cgutils.unpack_tuple(builder, out.shape, out_type.ndim)
+                out_strides = cgutils.unpack_tuple(builder, out.strides, out_type.ndim)
+            else:
+                ys = ni.array_struct(context, builder, yty, args[1])
+                if yty.ndim == 0:
+                    item = ni.load(context, builder, yty, ys, [])
+                else:
+                    broadcast_checks(context, builder, [n, *trailing], yty, ys)
+                    y_shape = cgutils.unpack_tuple(builder, ys.shape, yty.ndim)
+                    y_strides = cgutils.unpack_tuple(builder, ys.strides, yty.ndim)
+            with cgutils.for_range(builder, n) as outer:
+                i = outer.index
+                scalars = []
+                for t, a, length in zip(idx_types, idxs, lengths, strict=True):
+                    at = i if k == 1 else builder.select(builder.icmp_signed("==", length, one), zero, i)
+                    scalars.append(ni.load(context, builder, t, a, [at]))
+                data, shape, strides = arrayobj.basic_indexing(
+                    context, builder, zty, zs, index_types, scalars, boundscheck=True
+                )
+                with cgutils.loop_nest(builder, shape, context.get_value_type(types.intp)) as inner:
+                    r_ptr = cgutils.get_item_pointer2(context, builder, data, shape, strides, row_type.layout, inner)
+                    if scatter is None:
+                        o_ptr = cgutils.get_item_pointer2(context, builder, out.data, out_shape, out_strides, "C", [i, *inner])
+                        arrayobj.store_item(context, builder, out_type, arrayobj.load_item(context, builder, row_type, r_ptr), o_ptr)
+                    elif yty.ndim == 0:
+                        write(context, builder, r_ptr, item, yty.dtype)
+                    else:
+                        y_index = _update_index(builder, [i, *inner], scatter["y_static"], y_shape, zero, one)
+                        y_ptr = cgutils.get_item_pointer2(context, builder, ys.data, y_shape, y_strides, yty.layout, y_index)
+                        write(context, builder, r_ptr, arrayobj.load_item(context, builder, yty, y_ptr), yty.dtype)
+            if scatter is None:
+                return out._getvalue()
+            if scatter["inplace"]:
+                return impl_ret_borrowed(context, builder, zty, z)
+            return z  # the copy's new reference
+
+        return out_type(*arg_types), emit
+
+    name = "advanced_subtensor" if scatter is None else "advanced_inc_subtensor"
+    return ni.node_intrinsic(name, n_front + k, typer, stock)
+
+
+@register_funcify_and_cache_key(CompactAdvancedSubtensor)
+def numba_funcify_CompactAdvancedSubtensor(op, node, **kwargs):
+    """The gather intrinsic and its cache key (the package's source and the index list)."""
+    n = len(node.inputs) - 1
+    return advanced_intrinsic(n, stock_node_function(op, node)), cache_key("CompactAdvancedSubtensor", "intrinsic", n)
+
+
+@register_funcify_and_cache_key(CompactAdvancedIncSubtensor)
+def numba_funcify_CompactAdvancedIncSubtensor(op, node, **kwargs):
+    """The scatter intrinsic and its cache key (the package's source, the op's props and the
+    update's static shape, which stock's source spells out)."""
+    n = len(node.inputs) - 2
+    scatter = {"inplace": op.inplace, "set_instead_of_inc": op.set_instead_of_inc,
+               "y_static": tuple(node.inputs[1].type.shape)}
+    fn = advanced_intrinsic(n, stock_node_function(op, node), scatter)
+    return fn, cache_key("CompactAdvancedIncSubtensor", "intrinsic", n, op.inplace, op.set_instead_of_inc,
+                         scatter["y_static"])
+
+
+__all__ = ["SHAPES_MESSAGE", "CompactAdvancedIncSubtensor", "CompactAdvancedSubtensor", "advanced_intrinsic", "why_not_compact"]
