@@ -221,3 +221,29 @@ def test_a_hierarchical_gradient_is_stock_stricts():
     want = compile_fn([mu, sigma, group, obs], outs, "stock_strict")(*values)
     for a, b in zip(got, want, strict=True):
         assert_same_bits(a, b)
+
+
+def test_an_indexed_kernels_parts_use_the_intrinsics(monkeypatch):
+    """An indexed kernel lowered as its parts (`backend.indexed_parts`: a body calling vector
+    functions) gathers and scatters with the intrinsics: numba compiles no stock gather, and
+    the bits are those of the parts with the stock gather and scatter."""
+    from ptnumba_codegen.backend import indexed_parts
+
+    w, b, group = pt.dvector("w"), pt.dvector("b"), pt.lvector("group")
+    x = pt.dvector("x")
+    logp = (pt.log(pt.sigmoid(w[group] * x + b[group]))).sum()
+    outs = [logp, *pytensor.grad(logp, [w, b])]
+    rng = np.random.default_rng(8)
+    values = [rng.normal(size=4), rng.normal(size=4), rng.integers(0, 4, size=300), rng.normal(size=300)]
+    warm_allocator()
+    with numba_compiles() as compiled:
+        fn = compile_fn([w, b, group, x], outs, "policy_default", inspect_ir=True)
+        got = fn(*values)
+    assert "policy_parts" in compiled, compiled  # lowered as its parts
+    assert not [c for c in compiled if "advanced_integer_vector_indexing" in c], compiled
+    monkeypatch.setattr(indexed_parts, "compact_op", lambda node: None)
+    with numba_compiles() as compiled:
+        want = compile_fn([w, b, group, x], outs, "policy_default", inspect_ir=True)(*values)
+    assert [c for c in compiled if "advanced_integer_vector_indexing" in c], compiled  # the control
+    for a, c in zip(got, want, strict=True):
+        assert_same_bits(a, c)
