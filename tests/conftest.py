@@ -117,6 +117,22 @@ def numba_compiles():
         yield names
 
 
+def subroutine_calls(monkeypatch) -> list:
+    """``(formula name, argument types)`` of each subroutine the lowering compiles
+    (`rules.call_python`) from now on, spied through ``monkeypatch``."""
+    from ptnumba_codegen.lowering import rules
+
+    calls = []
+    call_python = rules.call_python
+
+    def spy(context, builder, impl, arg_types, *args, **kwargs):
+        calls.append((getattr(impl, "__name__", None), tuple(str(t) for t in arg_types)))
+        return call_python(context, builder, impl, arg_types, *args, **kwargs)
+
+    monkeypatch.setattr(rules, "call_python", spy)
+    return calls
+
+
 def warm_allocator() -> None:
     """Compile numba's allocator (`_ol_array_allocate`, compiled once a process on the first
     allocation), so that a test counting the functions numba compiles counts only its own."""

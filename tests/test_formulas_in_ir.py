@@ -11,7 +11,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 
-from conftest import assert_same_bits, compile_fn, final_ir
+from conftest import assert_same_bits, compile_fn, final_ir, subroutine_calls
 from ptnumba_codegen.lowering import formula_ir, rules
 from test_own_library import _normalized_ir
 
@@ -52,18 +52,6 @@ SUBROUTINE_CASES = [
 ]
 
 
-def _spy_subroutines(monkeypatch) -> list:
-    calls = []
-    call_python = rules.call_python
-
-    def spy(context, builder, impl, arg_types, *args, **kwargs):
-        calls.append((getattr(impl, "__name__", None), tuple(str(t) for t in arg_types)))
-        return call_python(context, builder, impl, arg_types, *args, **kwargs)
-
-    monkeypatch.setattr(rules, "call_python", spy)
-    return calls
-
-
 def _outputs(fn, shape) -> list:
     if shape == ():
         return [fn(np.asarray(p)) for p in POINTS]
@@ -77,12 +65,12 @@ def test_formulas_in_ir_give_the_compiled_subroutines_final_ir(policy, case, mon
     inputs, outs = _cases()[case]
     backend = f"policy_{policy}"
     with monkeypatch.context() as m:
-        calls = _spy_subroutines(m)
+        calls = subroutine_calls(m)
         in_ir = compile_fn(inputs, outs, backend, inspect_ir=True)
         got = _outputs(in_ir, inputs[0].type.shape)
     assert not [c for c in calls if c[0] in FORMULAS], calls
     monkeypatch.setattr(formula_ir, "in_ir", lambda t: False)
-    calls = _spy_subroutines(monkeypatch)
+    calls = subroutine_calls(monkeypatch)
     compiled = compile_fn(inputs, outs, backend, inspect_ir=True)
     want = _outputs(compiled, inputs[0].type.shape)
     assert [c for c in calls if c[0] in FORMULAS], calls  # the control: the subroutine it replaces
@@ -120,7 +108,7 @@ def test_strict_formulas_are_stock_stricts_bits():
 def test_float32_keeps_the_compiled_subroutine(op, formula, monkeypatch):
     """numba types float32 against the formulas' literals in float64 (``1 + np.exp(-x)``):
     the subroutine keeps that, and the stock bits."""
-    calls = _spy_subroutines(monkeypatch)
+    calls = subroutine_calls(monkeypatch)
     s = pt.fscalar("s")
     out = getattr(pt, op)(s) * np.float32(2.0)
     got = compile_fn([s], [out], "policy_strict", inspect_ir=True)  # (no disk cache: it compiles)

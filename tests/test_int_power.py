@@ -8,7 +8,7 @@ import numpy as np
 import pytensor.tensor as pt
 import pytest
 
-from conftest import assert_same_bits, compile_fn
+from conftest import assert_same_bits, compile_fn, subroutine_calls
 from ptnumba_codegen.lowering import rules
 
 BASES = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 1e-300, -1e-300, 5e-324, 1e300, -1e300,
@@ -52,18 +52,6 @@ def _compiled_subroutine(monkeypatch):
     monkeypatch.setattr(rules, "_int_power_in_ir", lambda t: False)
 
 
-def _subroutine_calls(monkeypatch):
-    calls = []
-    call_python = rules.call_python
-
-    def spy(context, builder, impl, arg_types, *args, **kwargs):
-        calls.append((getattr(impl, "__name__", None), tuple(str(t) for t in arg_types)))
-        return call_python(context, builder, impl, arg_types, *args, **kwargs)
-
-    monkeypatch.setattr(rules, "call_python", spy)
-    return calls
-
-
 @pytest.mark.parametrize("dtype", sorted(EXPONENTS))
 def test_constant_exponents_give_the_compiled_int_powers_bits(dtype, monkeypatch):
     for n in EXPONENTS[dtype]:
@@ -81,11 +69,11 @@ def test_a_variable_exponent_gives_the_compiled_int_powers_bits(monkeypatch):
     rng = np.random.default_rng(49)
     values = (np.resize(BASES, 64), rng.integers(-128, 128, size=64).astype("int8"))
     with monkeypatch.context() as m:
-        calls = _subroutine_calls(m)
+        calls = subroutine_calls(m)
         got = _outcomes(compile_fn([x, n], outs, "policy_default", inspect_ir=True), *values)
     assert not [c for c in calls if c[0] == "_pow"], calls  # the IR loop, no compiled subroutine
     _compiled_subroutine(monkeypatch)
-    calls = _subroutine_calls(monkeypatch)
+    calls = subroutine_calls(monkeypatch)
     want = _outcomes(compile_fn([x, n], outs, "policy_default", inspect_ir=True), *values)
     assert ("_pow", ("float64", "int8")) in calls, calls
     assert sum(isinstance(w, tuple) for w in want) >= 3  # 0 ** -n and underflows raise
@@ -116,7 +104,7 @@ def test_decisions_on_integer_powers_are_stock_stricts():
 def test_wider_exponents_keep_the_compiled_subroutine(dtype, monkeypatch):
     """Beyond 16 bits ``|n|`` may pass numba's cutoff (it calls ``pow`` then) or overflow
     when negated: the compiled ``_pow`` it stays."""
-    calls = _subroutine_calls(monkeypatch)
+    calls = subroutine_calls(monkeypatch)
     inputs, outs = _graph(pt.constant(np.array(7, dtype=dtype)))
     compile_fn(inputs, outs, "policy_default", inspect_ir=True)(BASES)
     assert ("_pow", ("float64", dtype)) in calls, calls

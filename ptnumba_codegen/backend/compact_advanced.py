@@ -50,7 +50,7 @@ from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
 from pytensor.tensor.type import integer_dtypes
 
-from ptnumba_codegen.backend.compact_increments import broadcast_checks
+from ptnumba_codegen.backend.compact_increments import broadcast_checks, update_index
 from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
 from ptnumba_codegen.lowering import node_intrinsics as ni
 
@@ -105,23 +105,6 @@ def _common_length(context, builder, lengths: list):
             context.call_conv.return_user_exc(builder, ValueError, (SHAPES_MESSAGE,))
         r = builder.select(is_one, r, n)
     return r
-
-
-def _update_index(builder, loop: list, y_static: tuple, y_shape: list, zero, one) -> list:
-    """Stock's read of the update at loop position ``loop`` (PyTensor's ``_update_value``): its
-    dimensions aligned to the loop's last ones, index 0 along one statically 1, the loop
-    index or 0 by its run-time length where unknown."""
-    offset = len(loop) - len(y_static)
-    index = []
-    for d, length in enumerate(y_static):
-        j = loop[offset + d]
-        if length == 1:
-            index.append(zero)
-        elif length is None:
-            index.append(builder.select(builder.icmp_signed("==", y_shape[d], one), zero, j))
-        else:
-            index.append(j)
-    return index
 
 
 def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
@@ -209,7 +192,7 @@ def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
                     elif yty.ndim == 0:
                         write(context, builder, r_ptr, item, yty.dtype)
                     else:
-                        y_index = _update_index(builder, [i, *inner], scatter["y_static"], y_shape, zero, one)
+                        y_index = update_index(builder, [i, *inner], scatter["y_static"], y_shape, zero, one)
                         y_ptr = cgutils.get_item_pointer2(context, builder, ys.data, y_shape, y_strides, yty.layout, y_index)
                         write(context, builder, r_ptr, arrayobj.load_item(context, builder, yty, y_ptr), yty.dtype)
             if scatter is None:

@@ -147,19 +147,10 @@ def increment_intrinsic(op: IncSubtensor, n_indices: int, y_static: tuple, stock
                 broadcast_checks(context, builder, shape, yty, ys)
                 y_shape = cgutils.unpack_tuple(builder, ys.shape, yty.ndim)
                 y_strides = cgutils.unpack_tuple(builder, ys.strides, yty.ndim)
-                offset = tty.ndim - yty.ndim
                 one, zero = ni.intp(context, 1), ni.intp(context, 0)
                 with cgutils.loop_nest(builder, shape, context.get_value_type(types.intp)) as loop:
                     t_ptr = cgutils.get_item_pointer2(context, builder, data, shape, strides, tty.layout, loop)
-                    y_index = []
-                    for d, length in enumerate(y_static):
-                        j = loop[offset + d]
-                        if length == 1:
-                            y_index.append(zero)
-                        elif length is None:
-                            y_index.append(builder.select(builder.icmp_signed("==", y_shape[d], one), zero, j))
-                        else:
-                            y_index.append(j)
+                    y_index = update_index(builder, list(loop), y_static, y_shape, zero, one)
                     y_ptr = cgutils.get_item_pointer2(
                         context, builder, ys.data, y_shape, y_strides, yty.layout, y_index, boundscheck=True
                     )
@@ -171,6 +162,23 @@ def increment_intrinsic(op: IncSubtensor, n_indices: int, y_static: tuple, stock
         return zty(*arg_types), emit
 
     return ni.node_intrinsic("inc_subtensor", 2 + n_indices, typer, stock)
+
+
+def update_index(builder, loop: list, y_static: tuple, y_shape: list, zero, one) -> list:
+    """Stock's read of the update at loop position ``loop`` (PyTensor's ``_update_value``): its
+    dimensions aligned to the loop's last ones, index 0 along one statically 1, the loop
+    index or 0 by its run-time length where unknown."""
+    offset = len(loop) - len(y_static)
+    index = []
+    for d, length in enumerate(y_static):
+        j = loop[offset + d]
+        if length == 1:
+            index.append(zero)
+        elif length is None:
+            index.append(builder.select(builder.icmp_signed("==", y_shape[d], one), zero, j))
+        else:
+            index.append(j)
+    return index
 
 
 def broadcast_checks(context, builder, target_shape: list, yty, ys) -> None:
@@ -213,4 +221,4 @@ def numba_funcify_CompactIncSubtensor(op, node, **kwargs):
     return fn, key
 
 
-__all__ = ["BROADCAST_LINE", "BROADCAST_MESSAGE", "CHECK", "CompactIncSubtensor", "compact_function", "broadcast_checks", "compact_source", "increment_intrinsic"]
+__all__ = ["BROADCAST_LINE", "BROADCAST_MESSAGE", "CHECK", "CompactIncSubtensor", "compact_function", "broadcast_checks", "compact_source", "increment_intrinsic", "update_index"]
