@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytensor.tensor.basic import Alloc, Join, MakeVector, ScalarFromTensor, Split, TensorFromScalar
+from pytensor.tensor.basic import Alloc, ExtractDiag, Join, MakeVector, ScalarFromTensor, Split, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
@@ -20,7 +20,7 @@ from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_advanced, compact_arrays, compact_dot, compact_fill, compact_join, compact_subtensor
+from ptnumba_codegen.backend import compact_advanced, compact_arrays, compact_diag, compact_dot, compact_fill, compact_join, compact_subtensor
 from ptnumba_codegen.backend.compact_advanced import CompactAdvancedIncSubtensor, CompactAdvancedSubtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_arrays import (
@@ -29,6 +29,7 @@ from ptnumba_codegen.backend.compact_arrays import (
     CompactScalarizedJoin,
     CompactTensorFromScalar,
 )
+from ptnumba_codegen.backend.compact_diag import CompactExtractDiag
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
 from ptnumba_codegen.backend.compact_join import CompactJoin
@@ -141,6 +142,13 @@ COMPACT = {
         "intrinsic making stock's copy, _can_broadcast's test and loop in index order (a repeated index "
         "adds up) with numba's own pieces",
         compact_advanced.why_not_compact,
+    ),
+    ExtractDiag: Compact(
+        CompactExtractDiag,
+        "np.diag(x, k) (then .copy()): a numba function of its own per offset and types, with "
+        "np.diag's overload compiled behind it; the compact one is an intrinsic inside its caller "
+        "making np.diag's allocation and copy with numba's own pieces",
+        compact_diag.why_not_compact,
     ),
 }
 
