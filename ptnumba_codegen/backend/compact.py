@@ -16,11 +16,20 @@ from pytensor.tensor.basic import Alloc, ExtractDiag, Join, MakeVector, ScalarFr
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
-from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.shape import Reshape, SpecifyShape
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
-from ptnumba_codegen.backend import compact_advanced, compact_arrays, compact_diag, compact_dot, compact_fill, compact_join, compact_subtensor
+from ptnumba_codegen.backend import (
+    compact_advanced,
+    compact_arrays,
+    compact_diag,
+    compact_dot,
+    compact_fill,
+    compact_join,
+    compact_reshape,
+    compact_subtensor,
+)
 from ptnumba_codegen.backend.compact_advanced import CompactAdvancedIncSubtensor, CompactAdvancedSubtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_arrays import (
@@ -33,6 +42,7 @@ from ptnumba_codegen.backend.compact_diag import CompactExtractDiag
 from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
 from ptnumba_codegen.backend.compact_join import CompactJoin
+from ptnumba_codegen.backend.compact_reshape import CompactReshape
 from ptnumba_codegen.backend.compact_subtensor import CompactScalarSubtensor, CompactSubtensor
 from ptnumba_codegen.backend.compact_views import CompactDimShuffle
 
@@ -149,6 +159,13 @@ COMPACT = {
         "np.diag's overload compiled behind it; the compact one is an intrinsic inside its caller "
         "making np.diag's allocation and copy with numba's own pieces",
         compact_diag.why_not_compact,
+    ),
+    Reshape: Compact(
+        CompactReshape,
+        "np.reshape(np.ascontiguousarray(x), to_fixed_tuple(shape, ndim)): a numba function of its own per "
+        "ndim and types, with np.reshape's and np.ascontiguousarray's overloads compiled behind it; the "
+        "compact one is an intrinsic inside its caller making the same calls with numba's own lowering",
+        compact_reshape.why_not_compact,
     ),
 }
 
