@@ -181,3 +181,31 @@ def test_a_process_loading_the_cached_function_binds_blas_and_the_slow_path(tmp_
     rng = np.random.default_rng(5)
     outs = [stock(rng.normal(size=(4, 3)), rng.normal(size=(5, 3))), stock(rng.normal(size=(4, 1)), rng.normal(size=(5, 1)))]
     assert cold == "PROBE " + " ".join(np.concatenate([o.ravel() for o in outs]).view(np.int64).astype(str))
+
+
+@replicated
+def test_the_product_is_lowered_into_its_caller():
+    """The compact product is an intrinsic (`compact_dot_ir`): a function calling it for gemm
+    and gemv compiles nothing else; the slow path compiles stock's function when first
+    needed, as before; stock's bits for all three."""
+    from conftest import node_caller, numba_compiles, warm_allocator
+
+    x, y = pt.dmatrix("x"), pt.dmatrix("y")
+    node = CompactDot()(x, y).owner
+    stock = Dot()(x, y).owner
+    rng = np.random.default_rng(9)
+    fast = [(rng.normal(size=(4, 3)), rng.normal(size=(3, 5))), (np.asfortranarray(rng.normal(size=(4, 3))), rng.normal(size=(3, 1)))]
+    slow = (rng.normal(size=(4, 1)), rng.normal(size=(1, 5)))  # an outer product
+    warm_allocator()
+    call = None
+    with numba_compiles() as compiled:
+        call = node_caller(node)
+        got = [call(a, b) for a, b in fast]
+    assert set(compiled) == {"call"}, compiled  # one specialization per pair of layouts
+    symbol = slow_path_symbol("float64")
+    before = python_callbacks.calls(symbol)
+    got.append(call(*slow))
+    assert python_callbacks.calls(symbol) == before + 1
+    want = [node_caller(stock)(a, b) for a, b in [*fast, slow]]
+    for g, w in zip(got, want, strict=True):
+        assert g.tobytes() == w.tobytes()

@@ -17,6 +17,10 @@ place, a dimension of 1 on the contracted or both outer axes) runs stock's own f
 compiled for the node's numba types when a call first needs it (through
 `runtime.python_callbacks`): the same bits everywhere, and the same errors.
 
+The node function is that product written into its caller as an intrinsic
+(`compact_dot_ir`: the same branches and calls, no numba compile of its own); the product
+compiled by numba (`_product_source`) is the intrinsic's fallback for other types.
+
 It is applied only where stock's implementation is the one replicated (`REPLICATED`, the
 digest of the stock functions' source): another PyTensor version keeps the stock Dot.
 """
@@ -29,8 +33,7 @@ import inspect
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
+from numba.core import types
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from pytensor.link.numba.dispatch import basic as numba_basic
@@ -38,14 +41,18 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, regi
 from pytensor.link.utils import compile_function_src
 from pytensor.tensor.math import Dot
 
+from ptnumba_codegen.backend.blas_calls import (
+    BLAS_ARGUMENTS,
+    BLAS_MODULE,
+    LAYOUTS,
+    ROUTINES,
+    SLOW_PATH_FAILED,
+    emit_blas_call,
+)
+from ptnumba_codegen.backend.compact_dot_ir import dot_intrinsic
 from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.runtime import python_callbacks
-from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
-
-BLAS_MODULE = "scipy.linalg.cython_blas"
-# dtype -> the prefix of scipy's BLAS routines for it (dgemm, sgemv, ...: the functions
-# stock's `_BLAS` looks up)
-ROUTINES = {"float64": "d", "float32": "s"}
+from ptnumba_codegen.runtime.cython_symbols import bind
 
 # The digest of the stock source this module replicates -> the PyTensor version it is from.
 # (`stock_digest`: `_gemm_impl`, the operand and stride helpers it calls, `numba_funcify_Dot`.)
@@ -69,8 +76,6 @@ FAST_CASES = {
     "multiple of the item size: gemv(not y_trans, rows, cols, 1, y, ldy, x, incx, 0, out, 1)",
 }
 
-LAYOUTS = "CFA"  # numba's array layouts, by the code `layout_code` gives them
-SLOW_PATH_FAILED = "ptnumba_codegen: stock's Dot (the slow path of a compact Dot) raised; see the ptnumba_codegen log"
 
 
 @functools.cache
@@ -130,26 +135,6 @@ def layout_code(typingctx, a):
     return types.int64(a), codegen
 
 
-# BLAS routine -> its arguments in order: "flag" (a boolean passed as 'T' or 'N'), "int" (an
-# int32), "array" (the array's data), "one" and "zero" (alpha and beta: constants, not
-# passed by the caller). Every argument goes by pointer, as Fortran BLAS takes it.
-BLAS_ARGUMENTS = {
-    "gemm": ("flag", "flag", "int", "int", "int", "one", "array", "int", "array", "int", "zero", "array", "int"),
-    "gemv": ("flag", "int", "int", "one", "array", "int", "array", "int", "zero", "array", "int"),
-}
-
-
-def _blas_value(context, builder, kind, value, ty, fty):
-    """One BLAS argument of ``kind`` (`BLAS_ARGUMENTS`) from the caller's value."""
-    if kind == "array":
-        return builder.bitcast(context.make_array(ty)(context, builder, value).data, fty.as_pointer())
-    if kind == "flag":  # stock stores ord("T") or ord("N") in an int32
-        value = builder.select(value, ir.Constant(ir.IntType(32), ord("T")), ir.Constant(ir.IntType(32), ord("N")))
-    else:
-        value = context.cast(builder, value, ty, types.int32)
-    return cgutils.alloca_once_value(builder, value)
-
-
 @intrinsic
 def blas_call(typingctx, routine, arguments):
     """``blas_call("gemm" | "gemv", (...))``: scipy's BLAS routine of the output's dtype (the
@@ -157,22 +142,12 @@ def blas_call(typingctx, routine, arguments):
     `BLAS_ARGUMENTS` puts them."""
     if not isinstance(routine, types.StringLiteral) or not isinstance(arguments, types.BaseTuple):
         return None
-    kinds = BLAS_ARGUMENTS[routine.literal_value]
     args = tuple(arguments.types)
     dtype = [a for a in args if isinstance(a, types.Array)][-1].dtype
-    symbol = symbol_name(BLAS_MODULE, ROUTINES[str(dtype)] + routine.literal_value)
 
     def codegen(context, builder, sig, llargs):
-        fty = context.get_value_type(dtype)
-        passed = iter([(builder.extract_value(llargs[1], i), ty) for i, ty in enumerate(args)])
-        values = []
-        for kind in kinds:
-            if kind in ("one", "zero"):
-                values.append(cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0 if kind == "one" else 0.0)))
-            else:
-                values.append(_blas_value(context, builder, kind, *next(passed), fty))
-        callee = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [v.type for v in values]), symbol)
-        builder.call(callee, values)
+        passed = [(builder.extract_value(llargs[1], i), ty) for i, ty in enumerate(args)]
+        emit_blas_call(context, builder, routine.literal_value, dtype, passed)
         return context.get_dummy_value()
 
     return types.none(routine, arguments), codegen
@@ -326,11 +301,17 @@ def blas_operand(a):
 
 
 @functools.cache
+def _slow_path(dtype: str) -> str:
+    """The slow path's symbol of ``dtype``, bound once per process."""
+    return _bind_slow_path(dtype)
+
+
+@functools.cache
 def _product(dtype: str, zero_y_first: bool):
     """The shared product function of ``dtype`` (its symbols bound; compiled on first use)."""
     for routine in BLAS_ARGUMENTS:
         bind(BLAS_MODULE, ROUTINES[dtype] + routine)
-    slow_symbol = _bind_slow_path(dtype)
+    slow_symbol = _slow_path(dtype)
     env = {
         "np": np,
         "dt": np.dtype(dtype),
@@ -353,10 +334,16 @@ def numba_funcify_CompactDot(op, node, **kwargs):
 
     dtype = node.outputs[0].type.dtype
     zero_y_first = bool(must_initialize_y_gemv())
-    env = {"product": _product(dtype, zero_y_first), "as_any_layout": as_any_layout, "layout_code": layout_code}
-    src = "def dot(x, y):\n    return product(as_any_layout(x), as_any_layout(y), layout_code(x), layout_code(y))\n"
-    fn = compile_function_src(src, "dot", env)
-    return numba_basic.numba_njit(fn), cache_key("CompactDot", dtype, zero_y_first, stock_digest())
+
+    def compiled_product():  # the intrinsic's fallback: the product compiled by numba
+        env = {"product": _product(dtype, zero_y_first), "as_any_layout": as_any_layout, "layout_code": layout_code}
+        src = "def dot(x, y):\n    return product(as_any_layout(x), as_any_layout(y), layout_code(x), layout_code(y))\n"
+        return numba_basic.numba_njit(compile_function_src(src, "dot", env))
+
+    for routine in BLAS_ARGUMENTS:
+        bind(BLAS_MODULE, ROUTINES[dtype] + routine)
+    fn = dot_intrinsic(dtype, zero_y_first, _slow_path(dtype), compiled_product)
+    return fn, cache_key("CompactDot", "intrinsic", dtype, zero_y_first, stock_digest())
 
 
 __all__ = ["FAST_CASES", "REPLICATED", "CompactDot", "SlowPath", "slow_path_symbol", "stock_digest", "why_not_compact"]

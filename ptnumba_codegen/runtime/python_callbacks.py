@@ -184,14 +184,19 @@ def call_python(typingctx, symbol, values):
 
     def codegen(context, builder, signature, args):
         _, tup = args
-        pointers = cgutils.alloca_once(builder, I8P, size=len(values))
-        for j, ty in enumerate(values):
-            value = builder.extract_value(tup, j)
-            if isinstance(ty, types.Boolean):
-                value = builder.zext(value, ir.IntType(8))
-            stored = cgutils.alloca_once_value(builder, value)
-            builder.store(builder.bitcast(stored, I8P), builder.gep(pointers, [ir.Constant(I32, j)]))
-        callee = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I32, [I8P.as_pointer()]), name)
-        return builder.call(callee, [pointers])
+        return emit_call(builder, name, [(builder.extract_value(tup, j), ty) for j, ty in enumerate(values)])
 
     return types.int32(symbol, values), codegen
+
+
+def emit_call(builder, name: str, values: list) -> ir.Value:
+    """`call_python`'s code, for ``(value, numba type)`` pairs already in hand (an
+    intrinsic's): the int32 status of the function bound to ``name``."""
+    pointers = cgutils.alloca_once(builder, I8P, size=len(values))
+    for j, (value, ty) in enumerate(values):
+        if isinstance(ty, types.Boolean):
+            value = builder.zext(value, ir.IntType(8))
+        stored = cgutils.alloca_once_value(builder, value)
+        builder.store(builder.bitcast(stored, I8P), builder.gep(pointers, [ir.Constant(I32, j)]))
+    callee = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I32, [I8P.as_pointer()]), name)
+    return builder.call(callee, [pointers])
