@@ -148,7 +148,7 @@ CompactSplit.__name__ = "Split"
 
 @register_funcify_and_cache_key(CompactSpecifyShape)
 def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
-    """The numba function and its cache key (`dispatch.cache_key`: the package's source,
+    """The numba function and its cache key (`node_keys.cache_key`: the package's source,
     and the checked dims the function is generated from): `checked_shape`, a node intrinsic,
     with the generated function below as its per-node fallback."""
     names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]

@@ -184,7 +184,7 @@ def scalar_join_intrinsic(n: int, dtype: str, stock):
 
 @register_funcify_and_cache_key(CompactMakeVector)
 def numba_funcify_CompactMakeVector(op, node, **kwargs):
-    """The intrinsic and its cache key (`dispatch.cache_key`: the package's source, the
+    """The intrinsic and its cache key (`node_keys.cache_key`: the package's source, the
     length and the dtype)."""
     n, dtype = len(node.inputs), node.outputs[0].type.dtype
     return make_vector_intrinsic(n, dtype, stock_node_function(op, node)), cache_key("CompactMakeVector", "intrinsic", n, dtype)

@@ -328,7 +328,7 @@ def _product(dtype: str, zero_y_first: bool):
 @register_funcify_and_cache_key(CompactDot)
 def numba_funcify_CompactDot(op, node, **kwargs):
     """The node's function (its inputs retyped 'A', their layouts passed on) and its cache
-    key (`dispatch.cache_key`: the package's source, the dtype, stock's gemv setting and the
+    key (`node_keys.cache_key`: the package's source, the dtype, stock's gemv setting and the
     replicated digest)."""
     from pytensor.tensor.blas._core import must_initialize_y_gemv
 

@@ -118,7 +118,7 @@ def filled_array(ndim: int, dtype: str, stock):
 
 @register_funcify_and_cache_key(CompactAlloc)
 def numba_funcify_CompactAlloc(op, node, **kwargs):
-    """The fill (`filled_array`) and its cache key (`dispatch.cache_key`: the package's
+    """The fill (`filled_array`) and its cache key (`node_keys.cache_key`: the package's
     source, the output's rank and dtype)."""
     ndim = len(node.inputs) - 1
     dtype = node.outputs[0].type.dtype

@@ -213,7 +213,7 @@ def compact_function(op, node, **kwargs):
 @register_funcify_and_cache_key(CompactIncSubtensor)
 def numba_funcify_CompactIncSubtensor(op, node, **kwargs):
     """`increment_intrinsic`, falling back to `compact_function`, and its cache key
-    (`dispatch.cache_key`: the package's source, the op's props and the update's static
+    (`node_keys.cache_key`: the package's source, the op's props and the update's static
     shape, which stock's source spells out)."""
     y_static = tuple(node.inputs[1].type.shape)
     fn = increment_intrinsic(op, len(node.inputs) - 2, y_static, lambda: compact_function(op, node, **kwargs))

@@ -158,7 +158,7 @@ def dimshuffle_source(op: DimShuffle, unit_axes: frozenset[int]) -> tuple[str, d
 
 @register_funcify_and_cache_key(CompactDimShuffle)
 def numba_funcify_CompactDimShuffle(op, node, **kwargs):
-    """The view and its cache key (`dispatch.cache_key`: the package's source, the new
+    """The view and its cache key (`node_keys.cache_key`: the package's source, the new
     order, the input's rank and its statically unit axes, as stock's key has them). A
     shuffle that drops no axis of an array is `shuffled_view` itself."""
     unit_axes = frozenset(axis for axis, length in enumerate(node.inputs[0].type.shape) if length == 1)
