@@ -301,6 +301,13 @@ def blas_operand(a):
 
 
 @functools.cache
+def _bind_routines(dtype: str) -> None:
+    """Bind scipy's BLAS routines of ``dtype`` (`BLAS_ARGUMENTS`) once per process."""
+    for routine in BLAS_ARGUMENTS:
+        bind(BLAS_MODULE, ROUTINES[dtype] + routine)
+
+
+@functools.cache
 def _slow_path(dtype: str) -> str:
     """The slow path's symbol of ``dtype``, bound once per process."""
     return _bind_slow_path(dtype)
@@ -309,8 +316,7 @@ def _slow_path(dtype: str) -> str:
 @functools.cache
 def _product(dtype: str, zero_y_first: bool):
     """The shared product function of ``dtype`` (its symbols bound; compiled on first use)."""
-    for routine in BLAS_ARGUMENTS:
-        bind(BLAS_MODULE, ROUTINES[dtype] + routine)
+    _bind_routines(dtype)
     slow_symbol = _slow_path(dtype)
     env = {
         "np": np,
@@ -340,8 +346,7 @@ def numba_funcify_CompactDot(op, node, **kwargs):
         src = "def dot(x, y):\n    return product(as_any_layout(x), as_any_layout(y), layout_code(x), layout_code(y))\n"
         return numba_basic.numba_njit(compile_function_src(src, "dot", env))
 
-    for routine in BLAS_ARGUMENTS:
-        bind(BLAS_MODULE, ROUTINES[dtype] + routine)
+    _bind_routines(dtype)
     fn = dot_intrinsic(dtype, zero_y_first, _slow_path(dtype), compiled_product)
     return fn, cache_key("CompactDot", "intrinsic", dtype, zero_y_first, stock_digest())
 
