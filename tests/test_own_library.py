@@ -188,13 +188,13 @@ def _add_mark(a, b):
 def _choose_add_mark(typingctx, arg_types):
     if arg_types != (types.float64, types.float64):
         return None
-    from ptnumba_codegen.lowering.kernel import _dry_run_context
+    from ptnumba_codegen.lowering.kernel import dry_run_context
 
     def emit(context, builder, args):
         total = builder.fadd(args[0], args[1])  # no fast-math flags
         return builder.fadd(total, ir.Constant(ir.DoubleType(), _MARK))
 
-    own = build_own_function(_dry_run_context(), "add_mark", types.float64(types.float64, types.float64), emit)
+    own = build_own_function(dry_run_context(), "add_mark", types.float64(types.float64, types.float64), emit)
     return ChosenCall(types.float64, lambda context, builder, args: call_own_function(context, builder, own, args))
 
 
@@ -366,10 +366,11 @@ def test_scalar_kernels_written_as_ir_give_the_overloads_final_ir(monkeypatch):
 _OVERLOAD_FORWARDER = "_overload_forwarder.<locals>._kernel_overload.<locals>.impl"
 
 
-def _overload_forwarder(fn, fallback, name, n_inputs):
+def _overload_forwarder(fn, fallback, name, n_inputs, impl_in_ir=None):
     """`kernel.compiled_or_stock` as it was before stop 49, the reference: numba's overload of
     a forwarding function, compiled by numba's pipeline (a failure to compile ``fn`` inside
-    a probe gives the stock kernel)."""
+    a probe gives the stock kernel); ``fn`` is always compiled by numba (``impl_in_ir``
+    ignored)."""
     from numba.extending import overload
 
     from ptnumba_codegen.lowering.base import define

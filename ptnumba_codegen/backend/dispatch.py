@@ -18,6 +18,7 @@ from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.backend.node_keys import cache_key
 from ptnumba_codegen.backend.ops import on_policy_class
 from ptnumba_codegen.backend.scalar_scan import funcify_scalar_scan
+from ptnumba_codegen.backend.stock_loop_ir import implementation_in_ir
 from pytensor.scan.op import Scan
 
 log = logging.getLogger("ptnumba_codegen")
@@ -103,7 +104,8 @@ def stock_loop(op, node, plan: KernelPlan, **kwargs):
     fast = set(op.policy.classes["reduction"].flags) >= PYTENSOR_FLAGS
     with config.change_flags(numba__fastmath=fast):
         fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(plan.stock_op, node, **kwargs)
-    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_stock_loop", len(node.inputs))
+    fn = compiled_or_stock(fn, compile_fallback(op, node, **kwargs), "policy_stock_loop", len(node.inputs),
+                           impl_in_ir=implementation_in_ir(fn, plan.stock_op, node, fast))
     return fn, None if key is None else cache_key("stock-loop", fast, op.policy.digest, key)
 
 

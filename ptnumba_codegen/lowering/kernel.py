@@ -17,6 +17,7 @@ reason is recorded.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
 from ptnumba_codegen.lowering.chunks import emit_chunked, chunk_decision
 from ptnumba_codegen.lowering.entry import EntryInlining, inline_into_caller
+from ptnumba_codegen.lowering.view_ir import as_strided_call, view_type
 from ptnumba_codegen.lowering.own_library import (
     ChosenCall,
     OwnFunction,
@@ -44,6 +46,8 @@ from ptnumba_codegen.lowering.own_library import (
     typed_call,
 )
 from ptnumba_codegen.runtime.threads import ensure_threading
+
+log = logging.getLogger("ptnumba_codegen")
 
 KERNEL_JIT_OPTIONS = {
     "fastmath": False,  # explicit: the policy alone decides every flag of this kernel
@@ -137,25 +141,18 @@ def _finish_array0d(context, builder, finish: Finish, raw, raw_type):
 
 
 def _squeeze_type(finish: Finish, raw_type):
-    return raw_type.copy(ndim=len(finish.kept_axes), layout="A")  # as_strided's (reshape_unchecked's)
+    return view_type(raw_type, len(finish.kept_axes))  # as_strided's (reshape_unchecked's)
 
 
 def _finish_squeeze(context, builder, finish: Finish, raw, raw_type):
     """The generated entry's ``as_strided(raw, shape=(kept lengths), strides=(kept
-    strides))``: a call of numba's own compiled ``as_strided`` (its overload, typed as the
-    generated entry's call is), then raw's reference given back, as numba does when ``raw``
-    dies."""
-    typingctx = context.typing_context
-    k = len(finish.kept_axes)
-    tuple_type = types.UniTuple(types.intp, k)
-    fnty = typingctx.resolve_value_type(np.lib.stride_tricks.as_strided)
-    signature = typingctx.resolve_function_type(fnty, (raw_type,), {"shape": tuple_type, "strides": tuple_type})
+    strides))``: a call of numba's ``as_strided`` as its compiled overload is called, written
+    as IR (`view_ir`), then raw's reference given back, as numba does when ``raw`` dies."""
     ary = context.make_array(raw_type)(context, builder, raw)
     shape = cgutils.unpack_tuple(builder, ary.shape, raw_type.ndim)
     strides = cgutils.unpack_tuple(builder, ary.strides, raw_type.ndim)
-    kept_shape = context.make_tuple(builder, tuple_type, [shape[a] for a in finish.kept_axes])
-    kept_strides = context.make_tuple(builder, tuple_type, [strides[a] for a in finish.kept_axes])
-    view = context.get_function(fnty, signature)(builder, [raw, kept_shape, kept_strides])
+    view = as_strided_call(context, builder, raw_type, raw,
+                           [shape[a] for a in finish.kept_axes], [strides[a] for a in finish.kept_axes])
     context.nrt.decref(builder, raw_type, raw)
     return view
 
@@ -208,9 +205,9 @@ MIRRORED_ENTRIES: dict[str, tuple[int, str]] = {
     ),
     "scalars_and_views": (
         0,
-        "scalars and squeezed views of partial sums: the view is numba's own compiled as_strided, "
-        "called as the generated entry calls it, which gives the generated entry's IR with no "
-        "reference pairs of its own",
+        "scalars and squeezed views of partial sums: the view is numba's as_strided, called as "
+        "the generated entry calls its compiled overload (written as IR: view_ir), which gives "
+        "the generated entry's IR with no reference pairs of its own",
     ),
     "scalars_and_arrays": (
         3,
@@ -244,7 +241,7 @@ def dry_run(emit, arg_types) -> str | None:
     """Run ``emit(context, builder, args)`` into a throwaway function of ``arg_types``:
     None, or the generator's exception as a reason. Subroutines compiled on the way
     (python rules, stock calls) are cached, so the real emission reuses them."""
-    context = _dry_run_context()
+    context = dry_run_context()
     module = ir.Module("ptnumba_dry_run")
     fn = ir.Function(module, context.call_conv.get_function_type(types.none, arg_types), "dry_run")
     context.call_conv.decorate_function(fn, [f"a{k}" for k in range(len(arg_types))], arg_types)
@@ -260,7 +257,7 @@ def dry_run(emit, arg_types) -> str | None:
 
 
 @functools.cache
-def _dry_run_context():
+def dry_run_context():
     """numba's CPU context as the kernel's compile sees it (NRT on, numpy error model)."""
     from numba.core.callconv import create_error_model
 
@@ -288,7 +285,20 @@ def call_stock(fallback, reason: str):
 FORWARDER_RESULT_PAIRS = 1
 
 
-def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int):
+def _implementation_in_ir(impl_in_ir, name: str, typingctx, inputs: tuple):
+    """(signature, call) of ``impl_in_ir`` (`compiled_or_stock`) for ``inputs``, or (None,
+    None) where there is none or it does not apply: numba compiles the function then."""
+    if impl_in_ir is None:
+        return None, None
+    try:
+        return_type, call = impl_in_ir(typingctx, inputs)
+    except Exception as err:  # noqa: BLE001  (what it does not write: numba compiles fn)
+        log.debug("%s: numba compiles the stock implementation (%s: %s)", name, type(err).__name__, err)
+        return None, None
+    return return_type(types.StarArgTuple.from_types(inputs)), call
+
+
+def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int, impl_in_ir=None):
     """``fn`` (a function numba compiles: the stock loop around our scalar core, an indexed
     kernel's inner graph) behind a compile check. Our part of it is checked by its own dry
     run, the code around it is not: numba types and compiles ``fn`` (a dispatcher, or a
@@ -298,16 +308,23 @@ def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int):
 
     A Python function of ``n_inputs`` arguments that numba calls as a `typed_call`: ``fn`` is
     called from a forwarder written as IR in a library of its own, with no numba pipeline
-    (`FORWARDER_RESULT_PAIRS`)."""
+    (`FORWARDER_RESULT_PAIRS`).
+
+    ``impl_in_ir(typingctx, inputs) -> (return type, call(context, builder, [inputs tuple]))``:
+    ``fn``'s implementation written as IR (`backend.stock_loop_ir`), called by the forwarder
+    instead of numba's compile of it; where it raises, numba compiles ``fn`` as before."""
     keep: list = [fn]  # numba's Dispatcher type refers to a dispatcher weakly
 
     def choose(typingctx, input_types) -> ChosenCall | None:
         inputs = tuple(input_types)
         try:
-            fnty = typingctx.resolve_value_type(fn)
-            signature = typingctx.resolve_function_type(fnty, inputs, {})
-            if signature is None:
-                raise TypingError(f"{name}: no signature of {fn} for {inputs}")
+            signature, call = _implementation_in_ir(impl_in_ir, name, typingctx, inputs)
+            if call is None:
+                fnty = typingctx.resolve_value_type(fn)
+                signature = typingctx.resolve_function_type(fnty, inputs, {})
+                if signature is None:
+                    raise TypingError(f"{name}: no signature of {fn} for {inputs}")
+                call = context_call(fnty, signature)
 
             def emit(context, builder, args):
                 # numba's entry block holds only the stack slots (calls add theirs there)
@@ -319,7 +336,7 @@ def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int):
                 call_args = list(args)
                 if len(signature.args) == 1 and isinstance(signature.args[0], types.StarArgTuple):
                     call_args = [context.make_tuple(builder, signature.args[0], call_args)]  # ``*inputs``
-                result = context.get_function(fnty, signature)(builder, call_args)
+                result = call(context, builder, call_args)
                 for ty, a in zip(inputs, args, strict=True):
                     context.nrt.decref(builder, ty, a)
                 for _ in range(FORWARDER_RESULT_PAIRS):
@@ -327,7 +344,7 @@ def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int):
                     context.nrt.decref(builder, signature.return_type, result)
                 return result
 
-            own = build_own_function(_dry_run_context(), name, signature.return_type(*inputs), emit)
+            own = build_own_function(dry_run_context(), name, signature.return_type(*inputs), emit)
         except Exception as err:  # noqa: BLE001  (any failure of the code around our core)
             return stock_call(typingctx, fallback, name, err, inputs, keep)
         return own_call(own)
@@ -336,6 +353,11 @@ def compiled_or_stock(fn: Callable, fallback, name: str, n_inputs: int):
     kernel = define(f"def {name}({params}):\n    return fn({params})\n", fn=fn)
     typed_call(kernel, n_inputs, choose)
     return kernel
+
+
+def context_call(fnty, signature):
+    """``call(context, builder, args)``: numba's call of ``fnty`` (compiled for ``signature``)."""
+    return lambda context, builder, args: context.get_function(fnty, signature)(builder, args)
 
 
 def make_loop(spec: LoopSpec, planned: PlannedBody, name: str, chunked: bool = False, chunking=None) -> LoopKernel:
@@ -570,7 +592,7 @@ class KernelImpl:
             ]
             return context.make_tuple(builder, ret, outs)
 
-        return build_own_function(_dry_run_context(), self.name, ret(*input_types), emit, inline=self.inline)
+        return build_own_function(dry_run_context(), self.name, ret(*input_types), emit, inline=self.inline)
 
     def make(self, input_types):
         """The impl function for ``input_types``."""
@@ -712,7 +734,7 @@ def build_scalar_kernel(planned: PlannedBody, python_impl: Callable, name: str =
             return outs[0] if len(outs) == 1 else context.make_tuple(builder, ret, outs)
 
         try:
-            own = build_own_function(_dry_run_context(), name, ret(*inputs), body)
+            own = build_own_function(dry_run_context(), name, ret(*inputs), body)
         except Exception as err:  # noqa: BLE001  (any failure of the generator)
             if fallback is None:
                 raise

@@ -12,7 +12,7 @@ typed, into a module of its own:
   function's (the caller's final module optimizes it again, as before);
 - numba's fast-math pass rewrites the caller's own module only (`CPUContext.post_lowering`),
   never this one: the entry is emitted with the kernel's context (fast-math off, numpy's
-  error model, NRT on, `kernel._dry_run_context`), so the policy alone sets every flag;
+  error model, NRT on, `kernel.dry_run_context`), so the policy alone sets every flag;
 - emitting it is the check that used to be a dry run: an exception is raised to the typer,
   which gives the node the stock kernel instead, decided while the caller is typed.
 """
