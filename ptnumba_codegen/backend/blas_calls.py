@@ -1,5 +1,6 @@
 """Calls of scipy's BLAS by symbol, written as IR: what the compact ``Dot``'s product
-(`compact_dot`) and its intrinsic (`compact_dot_ir`) both emit."""
+(`compact_dot`), its intrinsic (`compact_dot_ir`) and the compact triangular solve
+(`compact_solve`) emit."""
 
 from __future__ import annotations
 
@@ -17,21 +18,26 @@ LAYOUTS = "CFA"  # numba's array layouts, by the code `layout_code` gives them
 SLOW_PATH_FAILED = "ptnumba_codegen: stock's Dot (the slow path of a compact Dot) raised; see the ptnumba_codegen log"
 
 
-# BLAS routine -> its arguments in order: "flag" (a boolean passed as 'T' or 'N'), "int" (an
-# int32), "array" (the array's data), "one" and "zero" (alpha and beta: constants, not
-# passed by the caller). Every argument goes by pointer, as Fortran BLAS takes it.
+# BLAS routine -> its arguments in order: "flag" (a boolean passed as 'T' or 'N'), "char" (an
+# int32 holding a character code: side, uplo, trans, diag), "int" (an int32), "array" (the
+# array's data), "one" and "zero" (alpha and beta: constants, not passed by the caller).
+# Every argument goes by pointer, as Fortran BLAS takes it.
 BLAS_ARGUMENTS = {
     "gemm": ("flag", "flag", "int", "int", "int", "one", "array", "int", "array", "int", "zero", "array", "int"),
     "gemv": ("flag", "int", "int", "one", "array", "int", "array", "int", "zero", "array", "int"),
+    "trsm": ("char", "char", "char", "char", "int", "int", "one", "array", "int", "array", "int"),
 }
 
 
 def _blas_value(context, builder, kind, value, ty, fty):
     """One BLAS argument of ``kind`` (`BLAS_ARGUMENTS`) from the caller's value."""
-    if kind == "array":
-        return builder.bitcast(context.make_array(ty)(context, builder, value).data, fty.as_pointer())
+    if kind == "array":  # an array value of numba type ``ty``, or (``ty`` None) its data pointer
+        data = value if ty is None else context.make_array(ty)(context, builder, value).data
+        return builder.bitcast(data, fty.as_pointer())
     if kind == "flag":  # stock stores ord("T") or ord("N") in an int32
         value = builder.select(value, ir.Constant(ir.IntType(32), ord("T")), ir.Constant(ir.IntType(32), ord("N")))
+    elif kind == "char":  # already the int32 stock stores (``val_to_int_ptr(ord(...))``)
+        pass
     else:
         value = context.cast(builder, value, ty, types.int32)
     return cgutils.alloca_once_value(builder, value)

@@ -17,6 +17,7 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
 from pytensor.tensor.shape import Reshape, SpecifyShape
+from pytensor.tensor.slinalg import SolveTriangular
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
@@ -28,6 +29,7 @@ from ptnumba_codegen.backend import (
     compact_fill,
     compact_join,
     compact_reshape,
+    compact_solve,
     compact_subtensor,
 )
 from ptnumba_codegen.backend.compact_advanced import CompactAdvancedIncSubtensor, CompactAdvancedSubtensor
@@ -43,6 +45,7 @@ from ptnumba_codegen.backend.compact_dot import CompactDot
 from ptnumba_codegen.backend.compact_fill import CompactAlloc
 from ptnumba_codegen.backend.compact_join import CompactJoin
 from ptnumba_codegen.backend.compact_reshape import CompactReshape
+from ptnumba_codegen.backend.compact_solve import CompactSolveTriangular
 from ptnumba_codegen.backend.compact_subtensor import CompactScalarSubtensor, CompactSubtensor
 from ptnumba_codegen.backend.compact_views import CompactDimShuffle
 
@@ -166,6 +169,14 @@ COMPACT = {
         "ndim and types, with np.reshape's and np.ascontiguousarray's overloads compiled behind it; the "
         "compact one is an intrinsic inside its caller making the same calls with numba's own lowering",
         compact_reshape.why_not_compact,
+    ),
+    SolveTriangular: Compact(
+        CompactSolveTriangular,
+        "_solve_triangular's overload: a numba function per pair of operand types with a dozen overloads "
+        "behind it (zeros_like, full_like, the work-array copies, the trsm wrapper and its object-mode "
+        "pointer lookup); the compact one is an intrinsic inside its caller making the same checks, "
+        "copies and trsm call (by symbol) with numba's own pieces",
+        compact_solve.why_not_compact,
     ),
 }
 
