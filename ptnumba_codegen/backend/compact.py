@@ -17,13 +17,14 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
 from pytensor.tensor.shape import Reshape, SpecifyShape
-from pytensor.tensor.slinalg import SolveTriangular
+from pytensor.tensor.slinalg import Cholesky, SolveTriangular
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit
 from ptnumba_codegen.backend import (
     compact_advanced,
     compact_arrays,
+    compact_cholesky,
     compact_diag,
     compact_dot,
     compact_fill,
@@ -34,6 +35,7 @@ from ptnumba_codegen.backend import (
 )
 from ptnumba_codegen.backend.compact_advanced import CompactAdvancedIncSubtensor, CompactAdvancedSubtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
+from ptnumba_codegen.backend.compact_cholesky import CompactCholesky
 from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
     CompactScalarFromTensor,
@@ -177,6 +179,13 @@ COMPACT = {
         "pointer lookup); the compact one is an intrinsic inside its caller making the same checks, "
         "copies and trsm call (by symbol) with numba's own pieces",
         compact_solve.why_not_compact,
+    ),
+    Cholesky: Compact(
+        CompactCholesky,
+        "_cholesky's overload: a numba function per input type with the work-array helpers, np.full_like "
+        "and the potrf wrapper and its object-mode pointer lookup behind it; the compact one is an intrinsic "
+        "inside its caller making the same copy, potrf call (by symbol) and zeroing with numba's own pieces",
+        compact_cholesky.why_not_compact,
     ),
 }
 

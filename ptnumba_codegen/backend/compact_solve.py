@@ -42,6 +42,7 @@ from scipy import linalg
 
 from ptnumba_codegen.backend.blas_calls import BLAS_ARGUMENTS, BLAS_MODULE, ROUTINES, emit_blas_call
 from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
+from ptnumba_codegen.backend.work_arrays import contiguous, copied, filled
 from ptnumba_codegen.lowering import node_intrinsics as ni
 from ptnumba_codegen.runtime.cython_symbols import bind
 
@@ -89,53 +90,6 @@ def result_type(bty: types.Array) -> types.Array:
     return types.Array(bty.dtype, bty.ndim, layout)
 
 
-def _contiguous(context, builder, aryty, ary, order: str):
-    """numba's ``flags.c_contiguous`` (``order="C"``) or ``flags.f_contiguous`` (``"F"``) of a
-    vector or matrix: true for an array typed in that layout, else ``is_contiguous`` /
-    ``is_fortran`` of ``numpy_support`` at run time (axes of length 0 or 1 skipped)."""
-    if aryty.layout == order:
-        return cgutils.true_bit
-    itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_value_type(aryty.dtype)))
-    shape = cgutils.unpack_tuple(builder, ary.shape, aryty.ndim)
-    strides = cgutils.unpack_tuple(builder, ary.strides, aryty.ndim)
-    one = shape[0].type(1)
-    if aryty.ndim == 1:
-        return builder.or_(builder.icmp_signed("<=", shape[0], one), builder.icmp_signed("==", strides[0], itemsize))
-    inner, outer = (1, 0) if order == "C" else (0, 1)
-    small_in, small_out = (builder.icmp_signed("<=", shape[k], one) for k in (inner, outer))
-    only_outer = builder.icmp_signed("==", strides[outer], itemsize)  # the inner axis skipped
-    both = builder.and_(builder.icmp_signed("==", strides[inner], itemsize),
-                        builder.or_(small_out, builder.icmp_signed("==", builder.mul(strides[inner], shape[inner]),
-                                                                   strides[outer])))
-    return builder.select(small_in, builder.or_(small_out, only_outer), both)
-
-
-def _filled(context, builder, aryty, shape, value):
-    """A new array of ``aryty`` and ``shape``, every element ``value``."""
-    out = ni.new_array(context, builder, aryty, shape)
-    _for_all(context, builder, shape, lambda index: ni.store(context, builder, aryty, out, index, value, aryty.dtype))
-    return out
-
-
-def _for_all(context, builder, shape, body):
-    """``body(index)`` for every index of ``shape``, last axis fastest."""
-    if len(shape) == 1:
-        with cgutils.for_range(builder, shape[0]) as loop:
-            body([loop.index])
-        return
-    with cgutils.for_range(builder, shape[0]) as outer:
-        with cgutils.for_range(builder, shape[1]) as inner:
-            body([outer.index, inner.index])
-
-
-def _copy(context, builder, bty, bs, aryty, shape):
-    """A new array of ``aryty`` holding ``B``'s elements (``B.copy()``, Fortran's copy)."""
-    out = ni.new_array(context, builder, aryty, shape)
-    _for_all(context, builder, shape,
-             lambda index: ni.store(context, builder, aryty, out, index, ni.load(context, builder, bty, bs, index), bty.dtype))
-    return out
-
-
 def solve_intrinsic(lower: bool, unit_diagonal: bool, overwrite_b: bool, stock):
     """``solve_triangular(A, B)``: stock's overload as an intrinsic; ``stock()`` for other types."""
 
@@ -173,14 +127,14 @@ def _emit(context, builder, aty, bty, rty, args, lower, unit_diagonal, overwrite
     dtype = context.get_value_type(bty.dtype)
     with builder.if_else(builder.icmp_signed("==", size, size.type(0))) as (empty, nonempty):
         with empty:
-            zeros = _filled(context, builder, rty, b_shape, ir.Constant(dtype, 0.0))._getvalue()
+            zeros = filled(context, builder, rty, b_shape, ir.Constant(dtype, 0.0))._getvalue()
             builder.store(zeros, result)
         with nonempty:
             zero_pivot = cgutils.false_bit if unit_diagonal else _zero_on_diagonal(context, builder, aty, As, a_shape[0])
             with builder.if_else(zero_pivot, likely=False) as (singular, regular):
                 with singular:
                     nan = ir.Constant(dtype, float("nan"))
-                    nans = _filled(context, builder, rty, b_shape, nan)._getvalue()
+                    nans = filled(context, builder, rty, b_shape, nan)._getvalue()
                     builder.store(nans, result)
                 with regular:
                     work = _solve(context, builder, aty, bty, rty, As, Bs, b, b_shape, n32, lower, unit_diagonal,
@@ -202,7 +156,7 @@ def _zero_on_diagonal(context, builder, aty, As, n):
 
 def _solve(context, builder, aty, bty, rty, As, Bs, b, b_shape, n32, lower, unit_diagonal, overwrite_b, row_major):
     """The work array, solved in place by ``trsm``: its value (a new reference)."""
-    transposed = _contiguous(context, builder, aty, As, "C")  # A_f_is_transposed = A.flags.c_contiguous
+    transposed = contiguous(context, builder, aty, As, "C")  # A_f_is_transposed = A.flags.c_contiguous
     lower_now = builder.xor(transposed, cgutils.true_bit if lower else cgutils.false_bit)
 
     def char(flag, yes: str, no: str):
@@ -213,15 +167,15 @@ def _solve(context, builder, aty, bty, rty, As, Bs, b, b_shape, n32, lower, unit
     if row_major:  # _c_work_array: B itself when it may be overwritten, else B.copy()
         reuse = cgutils.true_bit if overwrite_b else cgutils.false_bit
     elif overwrite_b:  # np.ascontiguousarray(B) / np.asfortranarray(B[:, ::1]): B if already so
-        reuse = _contiguous(context, builder, bty, Bs, "C" if bty.ndim == 1 else "F")
+        reuse = contiguous(context, builder, bty, Bs, "C" if bty.ndim == 1 else "F")
     else:  # B.copy() / _copy_to_fortran_order(B) / the readonly copy loop
         reuse = cgutils.false_bit
-    with builder.if_else(reuse) as (itself, copied):
+    with builder.if_else(reuse) as (itself, a_copy_of_b):
         with itself:  # numba returns an argument (or a view of it) as a new reference
             context.nrt.incref(builder, bty, b)
             builder.store(b, work)  # the same struct: checked contiguous in the result's layout
-        with copied:
-            builder.store(_copy(context, builder, bty, Bs, rty, b_shape)._getvalue(), work)
+        with a_copy_of_b:
+            builder.store(copied(context, builder, bty, Bs, rty, b_shape)._getvalue(), work)
     ws = ni.array_struct(context, builder, rty, builder.load(work))
     if row_major:
         nrhs = builder.trunc(b_shape[1], I32)
@@ -243,14 +197,14 @@ def _fortran_operand(context, builder, aty, As, transposed):
     """``A_f``'s data: ``A`` itself when F-contiguous or read transposed, else
     ``np.asfortranarray(A)``'s copy; and (type, slot) of that copy to give back (None when
     ``A``'s type makes it never needed)."""
-    keep = builder.or_(_contiguous(context, builder, aty, As, "F"), transposed)
+    keep = builder.or_(contiguous(context, builder, aty, As, "F"), transposed)
     if aty.layout in "CF":
         return As.data, None
     fty = types.Array(aty.dtype, 2, "F")
     slot = cgutils.alloca_once_value(builder, context.get_constant_null(fty))  # meminfo NULL: decref does nothing
     data = cgutils.alloca_once_value(builder, As.data)
     with builder.if_then(builder.not_(keep)):
-        copy = _copy(context, builder, aty, As, fty, cgutils.unpack_tuple(builder, As.shape, 2))
+        copy = copied(context, builder, aty, As, fty, cgutils.unpack_tuple(builder, As.shape, 2))
         builder.store(copy._getvalue(), slot)
         builder.store(copy.data, data)
     return builder.load(data), (fty, slot)
