@@ -6,8 +6,7 @@ scan of the diagonal for a zero, a work copy of ``B`` in the layout BLAS needs, 
 it per pair of argument types with a dozen overloads behind it (``np.zeros_like``,
 ``np.full_like``, ``np.asfortranarray``, the work-array helpers, the ``trsm`` wrapper and
 its pointer lookup, twice): 0.4-0.9 s of a cold compile for each signature, in the GP, LKJ,
-VAR and SEM models of the catalogue (docs/benchmarks.md, "A triangular solve as an
-intrinsic").
+VAR and SEM models of the catalogue (docs/benchmarks.md, "Linear algebra as intrinsics").
 
 `CompactSolveTriangular` (a subclass: shape inference, gradient, printing are the op's) takes
 the nodes whose operands need no cast (`why_not_compact`). Its node function is an intrinsic
@@ -17,17 +16,22 @@ writing the overload's steps, in its order, into the caller:
   messages;
 - an empty ``B``: zeros of ``B``'s shape; a zero on ``A``'s diagonal (unless
   ``unit_diagonal``): NaNs; both in the layout of the other results;
-- ``A`` read in place: a C-typed ``A`` (or an F-typed one C-contiguous at run time, numba's
-  ``is_contiguous``) is passed as its transpose, with ``uplo`` flipped;
+- ``A``: passed as its transpose, with ``uplo`` flipped, when C-contiguous (its type says
+  so, or numba's ``is_contiguous`` at run time), read as it is when F-contiguous, else copied
+  to Fortran's layout first (``np.asfortranarray``);
 - ``B``: a C-typed matrix is solved in its own layout (``side='R'``), anything else in
-  Fortran's (``side='L'``), in a copy unless the op may overwrite ``B`` and ``B`` is writable;
+  Fortran's (``side='L'``), in a copy unless the op may overwrite ``B``, ``B`` is writable
+  and already in that layout (numba's ``is_fortran``/``is_contiguous`` at run time where its
+  type does not say);
 - scipy's ``trsm`` for the dtype, called by its symbol (`blas_calls`), with stock's
   arguments.
 
 So the values are stock's bits: copies are copies, and the one floating-point computation is
-the same BLAS routine with the same arguments. Types numba does not type as the overload's
-common cases (an ``A``-layout ``A`` or ``B``) call the stock node function (`node_intrinsics.node_intrinsic`). tests/test_compact_solve.py compares values,
-result types and errors with stock's on every case above.
+the same BLAS routine with the same arguments, on a buffer in the same layout. The result is
+typed in the layout every path makes it in (`result_type`). Operands that are not arrays of
+one BLAS dtype call the stock node function (`node_intrinsics.node_intrinsic`).
+tests/test_compact_solve.py compares values, overwritten operands, result types and errors
+with stock's on every case above.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ generator's scalar core). Stock compiles it as the overload of a function it gen
 ``fused_elemwise_impl``: numba's whole pipeline in every cold process, with the helpers it
 calls (``as_strided`` squeezing a reduced output, ``scalar_core`` putting native scalar
 inputs first), 0.13-0.24 s per kernel (docs/benchmarks.md, "The stock loop of an indexed
-kernel as IR").
+kernel and squeezed views as IR").
 
 Here that function is written as numba lowers it, in a code library of its own
 (`own_library.build_own_function`), called where the forwarder of `kernel.compiled_or_stock`
