@@ -45,7 +45,7 @@ from pytensor.scalar import ScalarType
 from pytensor.tensor.elemwise import Elemwise
 
 from ptnumba_codegen.lowering.base import Unsupported, define, numba_type
-from ptnumba_codegen.lowering.view_ir import as_strided_call, view_type
+from ptnumba_codegen.lowering.view_ir import as_strided_call, squeezed_view, view_type
 from ptnumba_codegen.lowering.own_library import ChosenCall, build_own_function, call_own_function, typed_call
 
 # the names the overload's implementation reads (closure or globals), in ``_vectorized``'s order
@@ -210,13 +210,7 @@ def _finish(context, builder, finish: OutputFinish, raw, raw_type):
     if finish.cast:
         raise Unsupported("a squeezed view cast to another dtype (the generated function's astype/np.array)")
     # ``as_strided(raw, shape=kept, strides=kept)``, then raw dies
-    ary = context.make_array(raw_type)(context, builder, raw)
-    shape = cgutils.unpack_tuple(builder, ary.shape, raw_type.ndim)
-    strides = cgutils.unpack_tuple(builder, ary.strides, raw_type.ndim)
-    view = as_strided_call(context, builder, raw_type, raw,
-                           [shape[a] for a in finish.kept_axes], [strides[a] for a in finish.kept_axes])
-    context.nrt.decref(builder, raw_type, raw)
-    return view, view_type(raw_type, len(finish.kept_axes))
+    return squeezed_view(context, builder, raw_type, raw, finish.kept_axes), view_type(raw_type, len(finish.kept_axes))
 
 
 def implementation_in_ir(fn, op, node, fast: bool):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
-from numba.core import cgutils, types
+from numba.core import types
 from numba.core.errors import TypingError
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic, overload
@@ -35,7 +35,7 @@ from ptnumba_codegen.lowering.body import PlannedBody, emit_body
 from ptnumba_codegen.lowering.loop import LoopSpec, emit_loop, flat_spec
 from ptnumba_codegen.lowering.chunks import emit_chunked, chunk_decision
 from ptnumba_codegen.lowering.entry import EntryInlining, inline_into_caller
-from ptnumba_codegen.lowering.view_ir import as_strided_call, view_type
+from ptnumba_codegen.lowering.view_ir import squeezed_view, view_type
 from ptnumba_codegen.lowering.own_library import (
     ChosenCall,
     OwnFunction,
@@ -148,13 +148,7 @@ def _finish_squeeze(context, builder, finish: Finish, raw, raw_type):
     """The generated entry's ``as_strided(raw, shape=(kept lengths), strides=(kept
     strides))``: a call of numba's ``as_strided`` as its compiled overload is called, written
     as IR (`view_ir`), then raw's reference given back, as numba does when ``raw`` dies."""
-    ary = context.make_array(raw_type)(context, builder, raw)
-    shape = cgutils.unpack_tuple(builder, ary.shape, raw_type.ndim)
-    strides = cgutils.unpack_tuple(builder, ary.strides, raw_type.ndim)
-    view = as_strided_call(context, builder, raw_type, raw,
-                           [shape[a] for a in finish.kept_axes], [strides[a] for a in finish.kept_axes])
-    context.nrt.decref(builder, raw_type, raw)
-    return view
+    return squeezed_view(context, builder, raw_type, raw, finish.kept_axes)
 
 
 # Finish.kind -> its IR form; a kind not here keeps the generated Python entry, and so does

@@ -75,4 +75,16 @@ def as_strided_call(context, builder, raw_type: types.Array, raw, shape: list, s
     return view
 
 
-__all__ = ["as_strided_call", "view_type"]
+def squeezed_view(context, builder, raw_type: types.Array, raw, kept_axes: tuple):
+    """``as_strided(raw, shape=kept lengths, strides=kept strides)`` (`as_strided_call`), then
+    ``raw``'s reference given back, as numba does when ``raw`` dies: the view of a partial
+    reduction's keepdims output without its reduced axes."""
+    ary = context.make_array(raw_type)(context, builder, raw)
+    shape = cgutils.unpack_tuple(builder, ary.shape, raw_type.ndim)
+    strides = cgutils.unpack_tuple(builder, ary.strides, raw_type.ndim)
+    view = as_strided_call(context, builder, raw_type, raw, [shape[a] for a in kept_axes], [strides[a] for a in kept_axes])
+    context.nrt.decref(builder, raw_type, raw)
+    return view
+
+
+__all__ = ["as_strided_call", "squeezed_view", "view_type"]
