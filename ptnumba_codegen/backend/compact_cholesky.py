@@ -8,7 +8,9 @@ lookup behind it: about 0.5 s of a cold compile per signature, in the catalogue'
 (docs/benchmarks.md, "Linear algebra as intrinsics").
 
 `CompactCholesky` (a subclass: shape inference, gradient, printing are the op's) takes the
-nodes whose input needs no cast (`why_not_compact`). Its node function is an intrinsic
+nodes whose input needs no cast, where stock's implementation is the one replicated
+(`REPLICATED`, the digest of its functions' source: another PyTensor keeps the stock op;
+`why_not_compact`). Its node function is an intrinsic
 writing the overload's steps, in its order, into the caller:
 
 - an empty ``A``: zeros of its shape; then a non-square ``A``: scipy's ``LinAlgError`` with
@@ -39,7 +41,7 @@ from pytensor.tensor.slinalg import Cholesky
 from scipy import linalg
 
 from ptnumba_codegen.backend.blas_calls import ROUTINES
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
+from ptnumba_codegen.backend.node_keys import cache_key, source_digest, stock_node_function
 from ptnumba_codegen.backend.work_arrays import contiguous, copied, filled
 from ptnumba_codegen.lowering import node_intrinsics as ni
 from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
@@ -56,8 +58,28 @@ class CompactCholesky(Cholesky):
 CompactCholesky.__name__ = "Cholesky"
 
 
+def _stock_parts():
+    from pytensor.link.numba.dispatch.linalg import utils
+    from pytensor.link.numba.dispatch.linalg.decomposition import cholesky, dispatch
+
+    return [cholesky.cholesky_impl, utils._c_work_array_impl, utils._fortran_work_array_impl,
+            utils._full_fortran_order_impl, dispatch.numba_funcify_Cholesky]
+
+
+# the digest of stock's functions (`_stock_parts`) this module replicates -> the version they are
+REPLICATED = {"d0bc4ff65344d7d9": "pytensor 3.3.8"}
+
+
+@functools.cache
+def stock_digest() -> str:
+    return source_digest(_stock_parts)
+
+
 def why_not_compact(node) -> str | None:
-    """Why ``node`` keeps the stock op, or None (a matrix of the output's dtype, one LAPACK has)."""
+    """Why ``node`` keeps the stock op, or None (stock's implementation the one replicated, a
+    matrix of the output's dtype, one LAPACK has)."""
+    if stock_digest() not in REPLICATED:
+        return f"stock's Cholesky source has digest {stock_digest()}, not one of {sorted(REPLICATED)}"
     (a,) = node.inputs
     out = node.outputs[0].type.dtype
     if a.type.ndim != 2:

@@ -28,8 +28,6 @@ digest of the stock functions' source): another PyTensor version keeps the stock
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
 
 import numba
 import numpy as np
@@ -50,7 +48,7 @@ from ptnumba_codegen.backend.blas_calls import (
     emit_blas_call,
 )
 from ptnumba_codegen.backend.compact_dot_ir import dot_intrinsic
-from ptnumba_codegen.backend.node_keys import cache_key
+from ptnumba_codegen.backend.node_keys import cache_key, source_digest
 from ptnumba_codegen.runtime import python_callbacks
 from ptnumba_codegen.runtime.cython_symbols import bind
 
@@ -79,28 +77,18 @@ FAST_CASES = {
 
 
 @functools.cache
+def _stock_parts():
+    from pytensor.link.numba.dispatch import elemwise
+    from pytensor.link.numba.dispatch.linalg import products as p
+
+    return [p._gemm_impl, p._blas_operand_generic, p._blas_operand_impl, p._normalize_gemm_strides, p._leading_dim,
+            p._column_major_ld, p._row_major_ld, p._is_reversed, elemwise.numba_funcify_Dot]
+
+
 def stock_digest() -> str:
     """The digest of the installed PyTensor's numba ``Dot`` implementation ("unavailable
     (...)" where one of its functions is missing: another implementation)."""
-    try:
-        from pytensor.link.numba.dispatch import elemwise
-        from pytensor.link.numba.dispatch.linalg import products as p
-
-        parts = [
-            p._gemm_impl,
-            p._blas_operand_generic,
-            p._blas_operand_impl,
-            p._normalize_gemm_strides,
-            p._leading_dim.py_func,
-            p._column_major_ld.py_func,
-            p._row_major_ld.py_func,
-            p._is_reversed.py_func,
-            elemwise.numba_funcify_Dot,
-        ]
-        source = "".join(inspect.getsource(f) for f in parts)
-    except (ImportError, AttributeError, OSError, TypeError) as err:
-        return f"unavailable ({type(err).__name__}: {err})"
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
+    return source_digest(_stock_parts)
 
 
 def why_not_compact(node) -> str | None:

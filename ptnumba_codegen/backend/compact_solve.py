@@ -9,7 +9,9 @@ its pointer lookup, twice): 0.4-0.9 s of a cold compile for each signature, in t
 VAR and SEM models of the catalogue (docs/benchmarks.md, "Linear algebra as intrinsics").
 
 `CompactSolveTriangular` (a subclass: shape inference, gradient, printing are the op's) takes
-the nodes whose operands need no cast (`why_not_compact`). Its node function is an intrinsic
+the nodes whose operands need no cast, where stock's implementation is the one replicated
+(`REPLICATED`, the digest of its functions' source: another PyTensor keeps the stock op;
+`why_not_compact`). Its node function is an intrinsic
 writing the overload's steps, in its order, into the caller:
 
 - ``A.shape[0] != B.shape[0]``, then a non-square ``A``: scipy's ``LinAlgError`` with stock's
@@ -45,7 +47,7 @@ from pytensor.tensor.slinalg import SolveTriangular
 from scipy import linalg
 
 from ptnumba_codegen.backend.blas_calls import BLAS_ARGUMENTS, BLAS_MODULE, ROUTINES, emit_blas_call
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
+from ptnumba_codegen.backend.node_keys import cache_key, source_digest, stock_node_function
 from ptnumba_codegen.backend.work_arrays import contiguous, copied, filled
 from ptnumba_codegen.lowering import node_intrinsics as ni
 from ptnumba_codegen.runtime.cython_symbols import bind
@@ -62,9 +64,30 @@ class CompactSolveTriangular(SolveTriangular):
 CompactSolveTriangular.__name__ = "SolveTriangular"
 
 
+def _stock_parts():
+    from pytensor.link.numba.dispatch.linalg import utils
+    from pytensor.link.numba.dispatch.linalg.solvers import dispatch, triangular
+    from pytensor.link.numba.dispatch.linalg.solvers import utils as solver_utils
+
+    return [triangular.solve_triangular_impl, triangular._has_zero_on_diagonal, solver_utils._solve_check_input_shapes,
+            utils._c_work_array_impl, utils._fortran_work_array_impl, utils._full_fortran_order_impl,
+            dispatch.numba_funcify_SolveTriangular]
+
+
+# the digest of stock's functions (`_stock_parts`) this module replicates -> the version they are
+REPLICATED = {"14c8ecd6307e26a6": "pytensor 3.3.8"}
+
+
+@functools.cache
+def stock_digest() -> str:
+    return source_digest(_stock_parts)
+
+
 def why_not_compact(node) -> str | None:
-    """Why ``node`` keeps the stock op, or None (a matrix ``A``, a vector or matrix ``B``,
-    both of the output's dtype, one BLAS has)."""
+    """Why ``node`` keeps the stock op, or None (stock's implementation the one replicated,
+    a matrix ``A``, a vector or matrix ``B``, both of the output's dtype, one BLAS has)."""
+    if stock_digest() not in REPLICATED:
+        return f"stock's solve source has digest {stock_digest()}, not one of {sorted(REPLICATED)}"
     a, b = node.inputs
     out = node.outputs[0].type.dtype
     if a.type.ndim != 2 or b.type.ndim not in (1, 2):

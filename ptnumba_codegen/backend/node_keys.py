@@ -1,5 +1,6 @@
 """What every node function of the backend needs from the package: its cache key and, for a
-compact op (`backend.compact`), the stock function it stands in for. A module of its own, with
+compact op (`backend.compact`), the stock function it stands in for and the digest of the
+stock source it replicates. A module of its own, with
 no part of the dispatch behind it, so that the compact ops can be used wherever a graph is
 planned (`backend.indexed_parts`) without an import circle."""
 
@@ -36,4 +37,17 @@ def stock_node_function(op, node):
     return build
 
 
-__all__ = ["cache_key", "stock_node_function"]
+def source_digest(parts) -> str:
+    """The digest of the source of ``parts()`` (the stock functions a compact op replicates),
+    or "unavailable (...)" where one is missing: another implementation, which keeps the
+    stock op (the compact ``Dot``'s, solve's and Cholesky's ``REPLICATED``)."""
+    import inspect
+
+    try:
+        source = "".join(inspect.getsource(getattr(f, "py_func", f)) for f in parts())
+    except (ImportError, AttributeError, OSError, TypeError) as err:
+        return f"unavailable ({type(err).__name__}: {err})"
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+__all__ = ["cache_key", "source_digest", "stock_node_function"]

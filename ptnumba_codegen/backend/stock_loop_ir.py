@@ -217,9 +217,9 @@ def implementation_in_ir(fn, op, node, fast: bool):
     """``impl_in_ir(typingctx, inputs) -> (return type, emit(context, builder, args))`` for
     `kernel.compiled_or_stock`: stock's overload of ``fn`` (the indexed kernel's loop)
     written as IR; it raises `Unsupported` where it does not apply."""
-    shape = stock_loop_shape(op, node)
 
     def impl_in_ir(typingctx, inputs: tuple):
+        shape = stock_loop_shape(op, node)  # here: what it cannot read raises to the caller's fallback
         impl = _implementation(typingctx, fn, inputs)
         names = _read_names(impl)
         scalar_types = tuple(inputs[p] for p in shape.scalar_positions)
