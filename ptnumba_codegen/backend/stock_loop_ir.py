@@ -31,7 +31,6 @@ compiled overload's, and counts what numba compiles).
 
 from __future__ import annotations
 
-import functools
 import operator
 from dataclasses import dataclass
 
@@ -135,10 +134,11 @@ def _fast_context(context, fast: bool):
     return context.subtarget(fastmath=FastMathOptions(flags if flags else False))
 
 
-@functools.cache
 def _scalar_core_forwarder(core, order: tuple[int, ...]):
     """``def scalar_core(*ordered): return core(*inputs)`` as a `typed_call` (no pipeline):
-    ``order[k]`` is the position in ``core``'s arguments of the forwarder's k-th."""
+    ``order[k]`` is the position in ``core``'s arguments of the forwarder's k-th. One per
+    typing of the loop, kept by numba's typing registry as every `typed_call` is (not cached
+    here: a cache keyed by ``core`` would keep each kernel's core alive for the process)."""
 
     def choose(typingctx, arg_types) -> ChosenCall | None:
         fnty = typingctx.resolve_value_type(core)
