@@ -168,8 +168,7 @@ def _factor(context, builder, aty, rty, As, a, shape, n32, dtype, lower_f, trans
     fty, view = _transposed_view(context, builder, rty, builder.load(work)) if transposed else (rty, None)
     fs = view if transposed else ni.array_struct(context, builder, rty, builder.load(work))
     info = cgutils.alloca_once_value(builder, I32(0))
-    args = [cgutils.alloca_once_value(builder, builder.select(cgutils.true_bit if lower_f else cgutils.false_bit,
-                                                              I32(ord("L")), I32(ord("U")))),
+    args = [cgutils.alloca_once_value(builder, I32(ord("L" if lower_f else "U"))),
             cgutils.alloca_once_value(builder, n32),
             builder.bitcast(fs.data, dtype.as_pointer()),
             cgutils.alloca_once_value(builder, n32),

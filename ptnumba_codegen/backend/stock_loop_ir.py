@@ -44,6 +44,7 @@ from pytensor.scalar import ScalarType
 from pytensor.tensor.elemwise import Elemwise
 
 from ptnumba_codegen.lowering.base import Unsupported, define, numba_type
+from ptnumba_codegen.lowering.kernel import dry_run_context
 from ptnumba_codegen.lowering.view_ir import as_strided_call, squeezed_view, view_type
 from ptnumba_codegen.lowering.own_library import ChosenCall, build_own_function, call_own_function, typed_call
 
@@ -84,6 +85,7 @@ class StockLoopShape:
 
     scalar_positions: tuple[int, ...]
     finishes: tuple[OutputFinish, ...]
+    n_inputs: int  # the inner Elemwise's inputs (the scalar core's arguments)
 
     @property
     def generated(self) -> bool:
@@ -106,7 +108,7 @@ def stock_loop_shape(op, node) -> StockLoopShape:
         out_dtype = node.outputs[i].type.dtype
         finishes.append(OutputFinish(kept, out_dtype, np.dtype(acc_dtype) != np.dtype(out_dtype),
                                      isinstance(node.outputs[i].type, ScalarType)))
-    return StockLoopShape(scalars, tuple(finishes))
+    return StockLoopShape(scalars, tuple(finishes), n_in)
 
 
 def _implementation(typingctx, fn, inputs):
@@ -155,7 +157,7 @@ def _scalar_core_forwarder(core, order: tuple[int, ...]):
                 inner[position] = args[k]
             return context.get_function(fnty, signature)(builder, inner)
 
-        own = build_own_function(context_of(typingctx), STOCK_CORE_NAME, signature.return_type(*arg_types), emit)
+        own = build_own_function(dry_run_context(), STOCK_CORE_NAME, signature.return_type(*arg_types), emit)
         return ChosenCall(signature.return_type, lambda context, builder, args: call_own_function(context, builder, own, args))
 
     params = ", ".join(f"a{k}" for k in range(len(order)))
@@ -164,16 +166,7 @@ def _scalar_core_forwarder(core, order: tuple[int, ...]):
     return forwarder
 
 
-def context_of(typingctx):
-    from numba.core.registry import cpu_target
-
-    from ptnumba_codegen.lowering.kernel import dry_run_context
-
-    assert typingctx is cpu_target.typing_context
-    return dry_run_context()
-
-
-def _core(names: dict, shape: StockLoopShape, n_inputs: int):
+def _core(names: dict, shape: StockLoopShape):
     core = names["core_op_fn"]
     if not shape.scalar_positions:
         return core
@@ -182,7 +175,7 @@ def _core(names: dict, shape: StockLoopShape, n_inputs: int):
     inner = core.py_func.__globals__.get("core_op_fn")
     if inner is None:
         raise Unsupported("scalar_core reads no core_op_fn")
-    arrays = [i for i in range(n_inputs) if i not in shape.scalar_positions]
+    arrays = [i for i in range(shape.n_inputs) if i not in shape.scalar_positions]
     return _scalar_core_forwarder(inner, (*shape.scalar_positions, *arrays))
 
 
@@ -192,10 +185,21 @@ def _literal_type(typingctx, name: str, value):
     return types.literal(value)
 
 
-def _finish(context, builder, finish: OutputFinish, raw, raw_type):
-    """One output as the generated function finishes it: (value, type)."""
+def _finished_type(finish: OutputFinish, raw_type):
+    """The type of one output as the generated function finishes it."""
     if finish.kept_axes is None:
-        return raw, raw_type
+        return raw_type
+    if finish.scalar:
+        return numba_type(finish.out_dtype) if finish.cast else raw_type.dtype
+    if finish.cast:
+        raise Unsupported("a squeezed view cast to another dtype (the generated function's astype/np.array)")
+    return view_type(raw_type, len(finish.kept_axes))
+
+
+def _finish(context, builder, finish: OutputFinish, raw, raw_type):
+    """One output as the generated function finishes it (of `_finished_type`)."""
+    if finish.kept_axes is None:
+        return raw
     if finish.scalar:  # ``as_strided(raw, shape=(), strides=())[()]``: raw's one element
         view = as_strided_call(context, builder, raw_type, raw, [], [])
         view_ty = view_type(raw_type, 0)
@@ -204,13 +208,10 @@ def _finish(context, builder, finish: OutputFinish, raw, raw_type):
         context.nrt.decref(builder, view_ty, view)  # the temporary view dies
         context.nrt.decref(builder, raw_type, raw)
         if finish.cast:  # ``np.<dtype>(...)``
-            out = numba_type(finish.out_dtype)
-            return context.cast(builder, value, raw_type.dtype, out), out
-        return value, raw_type.dtype
-    if finish.cast:
-        raise Unsupported("a squeezed view cast to another dtype (the generated function's astype/np.array)")
+            return context.cast(builder, value, raw_type.dtype, _finished_type(finish, raw_type))
+        return value
     # ``as_strided(raw, shape=kept, strides=kept)``, then raw dies
-    return squeezed_view(context, builder, raw_type, raw, finish.kept_axes), view_type(raw_type, len(finish.kept_axes))
+    return squeezed_view(context, builder, raw_type, raw, finish.kept_axes)
 
 
 def implementation_in_ir(fn, op, node, fast: bool):
@@ -225,8 +226,7 @@ def implementation_in_ir(fn, op, node, fast: bool):
         scalar_types = tuple(inputs[p] for p in shape.scalar_positions)
         array_positions = tuple(p for p in range(len(inputs)) if p not in shape.scalar_positions)
         array_types = tuple(inputs[p] for p in array_positions)
-        [el] = [n for n in op.fgraph.apply_nodes if isinstance(n.op, Elemwise)]
-        core = _core(names, shape, len(el.inputs))
+        core = _core(names, shape)
         typingctx.refresh()  # a forwarder registered now (numba loads its typing registries lazily)
         constants_type = types.BaseTuple.from_types(scalar_types) if shape.generated else types.Tuple(())
         if shape.generated:
@@ -243,16 +243,7 @@ def implementation_in_ir(fn, op, node, fast: bool):
                 arg_types.append({5: types.literal(True), 6: constants_type, 7: outer_type, 9: types.none}[k])
         signature, codegen = vectorize_codegen._vectorized._defn(typingctx, *arg_types)
         raw_types = list(signature.return_type) if len(shape.finishes) > 1 else [signature.return_type]
-        finished_types = []
-        for finish, raw_type in zip(shape.finishes, raw_types, strict=True):
-            if finish.kept_axes is None:
-                finished_types.append(raw_type)
-            elif finish.scalar:
-                finished_types.append(numba_type(finish.out_dtype) if finish.cast else raw_type.dtype)
-            elif finish.cast:
-                raise Unsupported("a squeezed view cast to another dtype")
-            else:
-                finished_types.append(view_type(raw_type, len(finish.kept_axes)))
+        finished_types = [_finished_type(f, t) for f, t in zip(shape.finishes, raw_types, strict=True)]
         return_type = finished_types[0] if len(finished_types) == 1 else types.BaseTuple.from_types(finished_types)
         star_type = types.StarArgTuple.from_types(inputs)
 
@@ -273,10 +264,10 @@ def implementation_in_ir(fn, op, node, fast: bool):
             raw = codegen(context, builder, signature, call_args)
             context.nrt.decref(builder, star_type, star)  # its last use
             raws = cgutils.unpack_tuple(builder, raw, len(raw_types)) if len(raw_types) > 1 else [raw]
-            outs = [_finish(context, builder, f, r, t)[0] for f, r, t in zip(shape.finishes, raws, raw_types, strict=True)]
+            outs = [_finish(context, builder, f, r, t) for f, r, t in zip(shape.finishes, raws, raw_types, strict=True)]
             return outs[0] if len(outs) == 1 else context.make_tuple(builder, return_type, outs)
 
-        own = build_own_function(_fast_context(context_of(typingctx), fast), "fused_elemwise_impl",
+        own = build_own_function(_fast_context(dry_run_context(), fast), "fused_elemwise_impl",
                                  return_type(star_type), body)
 
         def emit(context, builder, call_args):
