@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pytensor.tensor.basic import Alloc, ExtractDiag, Join, MakeVector, ScalarFromTensor, Split, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
 from pytensor.tensor.shape import Reshape, SpecifyShape
@@ -25,6 +26,7 @@ from ptnumba_codegen.backend import (
     compact_advanced,
     compact_arrays,
     compact_cholesky,
+    compact_cumop,
     compact_diag,
     compact_dot,
     compact_fill,
@@ -36,6 +38,7 @@ from ptnumba_codegen.backend import (
 from ptnumba_codegen.backend.compact_advanced import CompactAdvancedIncSubtensor, CompactAdvancedSubtensor
 from ptnumba_codegen.backend.compact_increments import CompactIncSubtensor
 from ptnumba_codegen.backend.compact_cholesky import CompactCholesky
+from ptnumba_codegen.backend.compact_cumop import CompactCumOp
 from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
     CompactScalarFromTensor,
@@ -186,6 +189,13 @@ COMPACT = {
         "and the potrf wrapper and its object-mode pointer lookup behind it; the compact one is an intrinsic "
         "inside its caller making the same copy, potrf call (by symbol) and zeroing with numba's own pieces",
         compact_cholesky.why_not_compact,
+    ),
+    CumOp: Compact(
+        CompactCumOp,
+        "np.cumsum(x) (np.cumprod): a numba function of its own per mode and type, with the overload's "
+        "intrinsic compiled behind it; the compact one is an intrinsic inside its caller making the same "
+        "allocation and running sum or product in stock's order with numba's own pieces",
+        compact_cumop.why_not_compact,
     ),
 }
 
