@@ -141,6 +141,19 @@ def warm_allocator() -> None:
     njit(lambda: np.empty(1))()
 
 
+def lowered_into_caller(stock, compact, control: str, *args):
+    """``(compact's result, stock's)`` for ``args``, each node called from a new numba function:
+    compact's compiles nothing but its caller; stock's (the control) compiles ``control``."""
+    warm_allocator()
+    with numba_compiles() as compiled:
+        got = node_caller(compact)(*args)
+    assert compiled == ["call"], compiled
+    with numba_compiles() as compiled:
+        want = node_caller(stock)(*args)
+    assert control in compiled, compiled  # the control
+    return got, want
+
+
 def node_caller(node):
     """A numba function calling ``node``'s numba function with as many arguments as the node
     has inputs (PyTensor's node functions have no CPython wrapper of their own)."""

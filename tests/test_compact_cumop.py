@@ -13,7 +13,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.tensor.extra_ops import CumOp
 
-from conftest import assert_same_bits, compile_fn, node_caller, numba_compiles, warm_allocator
+from conftest import assert_same_bits, compile_fn, lowered_into_caller, node_caller
 from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.backend.compact_cumop import CompactCumOp
 
@@ -62,14 +62,7 @@ def test_the_running_value_is_stocks(mode, dtype, fast):
 
 def test_it_is_lowered_into_its_caller():
     stock, compact = _nodes("add")
-    v = np.linspace(-1.0, 1.0, 9)
-    warm_allocator()
-    with numba_compiles() as compiled:
-        got = node_caller(compact)(v)
-    assert compiled == ["call"], compiled
-    with numba_compiles() as compiled:
-        want = node_caller(stock)(v)
-    assert "cumop" in compiled, compiled  # the control
+    got, want = lowered_into_caller(stock, compact, "cumop", np.linspace(-1.0, 1.0, 9))
     assert_same_bits(got, want)
 
 

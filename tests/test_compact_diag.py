@@ -12,7 +12,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.tensor.basic import ExtractDiag
 
-from conftest import assert_same_bits, compile_fn, node_caller, numba_compiles, warm_allocator
+from conftest import assert_same_bits, compile_fn, lowered_into_caller, node_caller
 from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.backend.compact_diag import CompactExtractDiag
 
@@ -57,14 +57,7 @@ def test_other_dtypes_are_stocks(dtype):
 
 def test_it_is_lowered_into_its_caller():
     stock, compact = _nodes(-1, False)
-    v = _values((5, 5), "float64", "C")
-    warm_allocator()
-    with numba_compiles() as compiled:
-        got = node_caller(compact)(v)
-    assert compiled == ["call"], compiled
-    with numba_compiles() as compiled:
-        want = node_caller(stock)(v)
-    assert "extract_diag" in compiled, compiled  # the control
+    got, want = lowered_into_caller(stock, compact, "extract_diag", _values((5, 5), "float64", "C"))
     assert got.tobytes() == want.tobytes()
 
 
