@@ -4,7 +4,9 @@ full reduction's 0-d output, `lowering.kernel.array0d`).
 The compact ``MakeVector`` and ``TensorFromScalar`` return what stock's return: the same
 values bit for bit, the same dtype and the same numba type, for every dtype a model gives
 them (float64, float32, int64, int8, uint8, bool) and one to four elements; stock keeps a
-``MakeVector`` whose inputs are not 0-d tensors of its dtype. A fresh process compiling a
+``MakeVector`` whose inputs are not 0-d tensors of its dtype. The compact ``Shape_i`` returns
+stock's 0-d array for every axis of C, F, strided and empty arrays, compiles nothing of its
+own, and a graph reading a data matrix's unknown dimensions gives stock's values. A fresh process compiling a
 policy function with both ops and 0-d reductions compiles neither ``np.array``'s overload
 nor ``np.empty``'s, where stock's function compiles both.
 """
@@ -21,14 +23,16 @@ import pytest
 from numba import njit
 from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.basic import MakeVector, TensorFromScalar
+from pytensor.tensor.shape import Shape_i
 
-from conftest import second_process_line
+from conftest import assert_same_bits, compile_fn, lowered_into_caller, second_process_line
 from ptnumba_codegen.backend import compact_arrays
 from ptnumba_codegen.backend.compact import compact_op
 from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
     CompactScalarFromTensor,
     CompactScalarizedJoin,
+    CompactShape_i,
     CompactTensorFromScalar,
 )
 
@@ -85,6 +89,50 @@ def test_tensor_from_scalar_is_stocks(dtype):
     assert got_type == want_type
     assert got.dtype == want.dtype and got.shape == want.shape == ()
     assert got.tobytes() == want.tobytes()
+
+
+def _shape_i_nodes(i, ndim, dtype="float64"):
+    x = pt.tensor("x", shape=(None,) * ndim, dtype=dtype)
+    stock = Shape_i(i)(x).owner
+    compact = compact_op(stock)
+    assert type(compact) is CompactShape_i
+    return stock, compact.make_node(x)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_shape_i_is_stocks(ndim):
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=(2, 5, 3)[:ndim]), np.zeros((0, 4, 2)[:ndim]), np.ones((7, 1, 6)[:ndim], order="F")]
+    if ndim > 1:
+        arrays.append(rng.normal(size=(6, 9, 4)[:ndim])[::2, 1::3])
+    for i in range(ndim):
+        stock, compact = _shape_i_nodes(i, ndim)
+        for v in arrays:
+            want, want_type = _call(stock, [v])
+            got, got_type = _call(compact, [v])
+            assert got_type == want_type
+            assert got.dtype == want.dtype and got.shape == want.shape == () and got[()] == v.shape[i]
+    stock, compact = _shape_i_nodes(1, 2, "int8")
+    assert _call(compact, [np.zeros((3, 4), dtype="int8")])[0][()] == 4
+
+
+def test_shape_i_is_lowered_into_its_caller():
+    stock, compact = _shape_i_nodes(1, 2)
+    got, want = lowered_into_caller(stock, compact, "shape_i", np.zeros((3, 8)))
+    assert got[()] == want[()] == 8
+
+
+def test_a_data_matrix_unknown_dimensions_are_stocks():
+    """A data matrix's shape read in the graph (pm.Data's: not known when compiled), under
+    `strict` (sums in stock's order) against stock strict."""
+    x = pytensor.shared(np.random.default_rng(1).normal(size=(5, 3)), shape=(None, None), name="x")
+    w = pt.dvector("w")
+    outs = [(x @ w).sum() / x.shape[0], x.shape[1] * w.sum()]
+    got_fn = compile_fn([w], outs, "policy_strict")
+    assert CompactShape_i in {type(n.op) for n in got_fn.maker.fgraph.apply_nodes}
+    v = np.array([0.5, -1.0, 2.0])
+    for a, b in zip(got_fn(v), compile_fn([w], outs, "stock_strict")(v), strict=True):
+        assert_same_bits(a, b)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

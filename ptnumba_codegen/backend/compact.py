@@ -17,7 +17,7 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
-from pytensor.tensor.shape import Reshape, SpecifyShape
+from pytensor.tensor.shape import Reshape, Shape_i, SpecifyShape
 from pytensor.tensor.slinalg import Cholesky, SolveTriangular
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
@@ -43,6 +43,7 @@ from ptnumba_codegen.backend.compact_arrays import (
     CompactMakeVector,
     CompactScalarFromTensor,
     CompactScalarizedJoin,
+    CompactShape_i,
     CompactTensorFromScalar,
 )
 from ptnumba_codegen.backend.compact_diag import CompactExtractDiag
@@ -105,6 +106,12 @@ COMPACT = {
         CompactTensorFromScalar,
         "np.array of a scalar: np.array's overload, compiled per dtype; the compact one is an "
         "intrinsic storing the scalar into a 0-d array from np.empty's own allocation inside its caller",
+    ),
+    Shape_i: Compact(
+        CompactShape_i,
+        "np.asarray(np.shape(x)[i]): a numba function of its own per axis and input type, with "
+        "np.asarray's overload compiled behind it; the compact one is an intrinsic storing the "
+        "dimension into a 0-d array from np.empty's own allocation inside its caller",
     ),
     ScalarFromTensor: Compact(
         CompactScalarFromTensor,

@@ -1,14 +1,15 @@
 """New small arrays built without numpy's constructor overloads.
 
 PyTensor's numba ``MakeVector`` returns ``np.array([x0[()], x1[()], ...], dtype=dtype)``,
-``TensorFromScalar`` ``np.array(x)`` and ``ScalarizedJoin`` (a gradient's vector of
-scalars and vectors) fills ``np.empty(length, dtype=dtype)``. numba compiles ``np.array``'s
+``TensorFromScalar`` ``np.array(x)``, ``Shape_i`` ``np.asarray(np.shape(x)[i])`` (a
+dimension of an input whose shape PyTensor does not know, pm.Data's) and ``ScalarizedJoin``
+(a gradient's vector of scalars and vectors) fills ``np.empty(length, dtype=dtype)``. numba compiles ``np.array``'s
 overload (and for a list, a list and ``np.empty``'s overload behind it) and ``np.empty``'s
 in every cold process, once per argument types: shape vectors of int64, a gradient's
 scalars, a scalar's 0-d array.
 
-`CompactMakeVector`, `CompactTensorFromScalar`, `CompactScalarizedJoin` and
-`CompactScalarFromTensor` are the same ops (subclasses: shape inference, gradients and
+`CompactMakeVector`, `CompactTensorFromScalar`, `CompactShape_i`, `CompactScalarizedJoin`
+and `CompactScalarFromTensor` are the same ops (subclasses: shape inference, gradients and
 printing are the stock ones'). Their node functions are numba intrinsics
 (`lowering.node_intrinsics`), lowered into the graph's function with no numba compile of
 their own: the array is allocated by the code that makes up all of ``np.empty``'s overload
@@ -30,6 +31,7 @@ from numba.np.numpy_support import from_dtype
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.basic import MakeVector, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
+from pytensor.tensor.shape import Shape_i
 from pytensor.tensor.type import TensorType
 
 from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
@@ -42,6 +44,10 @@ class CompactMakeVector(MakeVector):
 
 class CompactTensorFromScalar(TensorFromScalar):
     """``TensorFromScalar`` whose numba function stores the scalar into a 0-d array."""
+
+
+class CompactShape_i(Shape_i):
+    """``Shape_i`` whose numba function stores the dimension into a 0-d int64 array."""
 
 
 class CompactScalarFromTensor(ScalarFromTensor):
@@ -58,6 +64,7 @@ CompactMakeVector.__name__ = "MakeVector"
 CompactTensorFromScalar.__name__ = "TensorFromScalar"
 CompactScalarizedJoin.__name__ = "ScalarizedJoin"
 CompactScalarFromTensor.__name__ = "ScalarFromTensor"
+CompactShape_i.__name__ = "Shape_i"
 
 
 def compact_scalarized_join(node):
@@ -129,6 +136,28 @@ def tensor_from_scalar_intrinsic(dtype: str, stock):
     return ni.node_intrinsic("tensor_from_scalar", 1, typer, stock)
 
 
+def shape_i_intrinsic(i: int, stock):
+    """``shape_i(x)``: dimension ``i`` of the array ``x`` in a new 0-d C array of int64
+    (stock's ``np.asarray(np.shape(x)[i])``)."""
+    retty = c_array("int64", 0)
+
+    def typer(typingctx, arg_types):
+        (xty,) = arg_types
+        if not isinstance(xty, types.Array) or not 0 <= i < xty.ndim:
+            return None
+
+        def emit(context, builder, args):
+            xs = ni.array_struct(context, builder, xty, args[0])
+            dim = cgutils.unpack_tuple(builder, xs.shape, xty.ndim)[i]
+            out = ni.new_array(context, builder, retty, [])
+            ni.store(context, builder, retty, out, [], dim, types.intp)
+            return out._getvalue()
+
+        return retty(*arg_types), emit
+
+    return ni.node_intrinsic("shape_i", 1, typer, stock)
+
+
 def scalar_from_tensor_intrinsic(stock):
     """``scalar_from_tensor(x)``: ``x[()]``, the item of a 0-d array, of its dtype."""
 
@@ -197,6 +226,13 @@ def numba_funcify_CompactTensorFromScalar(op, node, **kwargs):
     return tensor_from_scalar_intrinsic(dtype, stock_node_function(op, node)), cache_key("CompactTensorFromScalar", "intrinsic", dtype)
 
 
+@register_funcify_and_cache_key(CompactShape_i)
+def numba_funcify_CompactShape_i(op, node, **kwargs):
+    """The intrinsic (for every input type: the call's type says which) and its cache key
+    (the package's source and the axis)."""
+    return shape_i_intrinsic(op.i, stock_node_function(op, node)), cache_key("CompactShape_i", "intrinsic", op.i)
+
+
 @register_funcify_and_cache_key(CompactScalarFromTensor)
 def numba_funcify_CompactScalarFromTensor(op, node, **kwargs):
     """The intrinsic (for every dtype: the call's type says which) and its cache key."""
@@ -211,6 +247,6 @@ def numba_funcify_CompactScalarizedJoin(op, node, **kwargs):
     return scalar_join_intrinsic(len(node.inputs), dtype, stock_node_function(op, node)), cache_key("CompactScalarizedJoin", "intrinsic", dtype, len(node.inputs))
 
 
-__all__ = ["CompactMakeVector", "CompactScalarFromTensor", "CompactScalarizedJoin", "CompactTensorFromScalar", "compact_scalarized_join",
-           "c_array", "empty_env", "make_vector_intrinsic", "scalar_from_tensor_intrinsic", "scalar_join_intrinsic", "tensor_from_scalar_intrinsic",
+__all__ = ["CompactMakeVector", "CompactScalarFromTensor", "CompactScalarizedJoin", "CompactShape_i", "CompactTensorFromScalar", "compact_scalarized_join",
+           "c_array", "empty_env", "make_vector_intrinsic", "scalar_from_tensor_intrinsic", "scalar_join_intrinsic", "shape_i_intrinsic", "tensor_from_scalar_intrinsic",
            "why_not_compact"]
