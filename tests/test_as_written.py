@@ -590,7 +590,7 @@ def sliced_tail_fn(backend):
 def test_merged_slices_of_a_copy_have_constant_bounds_like_the_rest():
     """Put back, a copy's ``x[17:][k]`` is merged into one subtensor whose bounds
     `local_subtensor_merge_slice` writes as index arithmetic on constants; folded
-    (`INDEX_ARITHMETIC_FOLDS`), they are the rest's constant bounds: no all-constant
+    (`constant_folds.fold_exact`), they are the rest's constant bounds: no all-constant
     Composite reaches PyTensor's `local_inline_composite_constants` (which failed on it with
     a logged traceback, GLM_discrete_choice_correlated) and merge keeps one subtensor per
     element. Bits equal the graph as written, at the decisions' ties and special values."""
@@ -621,7 +621,8 @@ def test_index_arithmetic_folds_only_integer_constants():
     from pytensor.graph.fg import FunctionGraph
     from pytensor.tensor.basic import ScalarFromTensor
 
-    from ptnumba_codegen.as_written.value_moves import INDEX_ARITHMETIC_FOLDS, fold_index_arithmetic
+    from ptnumba_codegen.as_written.constant_folds import NUMPY_FOLDS
+    from ptnumba_codegen.as_written.value_moves import fold_index_arithmetic
 
     i17, i0, i22 = pt.constant(17), pt.constant(0), pt.constant(22)
     folded = pt.switch(pt.lt(i17, i0), i17 + i22, i17)
@@ -634,7 +635,7 @@ def test_index_arithmetic_folds_only_integer_constants():
         "constant", "constant", "Elemwise", "Elemwise", "Elemwise"
     ]
     assert fg.outputs[0].data == 17 and fg.outputs[1].data == 17
-    assert all(isinstance(reason, str) and reason for reason in INDEX_ARITHMETIC_FOLDS.values())
+    assert all(isinstance(reason, str) and reason for _when, reason in NUMPY_FOLDS.values())
 
 
 def test_a_copy_holding_allocdiag_compiles_and_keeps_the_references_bits():

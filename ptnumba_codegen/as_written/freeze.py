@@ -72,6 +72,7 @@ from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.as_written.compile_once import read_inputs_once, rebuild
+from ptnumba_codegen.as_written.constant_folds import constant_nodes, fold_exact
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.envelope_guards import add_envelope_guards
 from ptnumba_codegen.as_written.guards import add_overflow_guards
@@ -216,8 +217,8 @@ class InlineAsWritten(GraphRewriter):
         put_back = [v for v in put_back if v in fgraph.clients]
         # decisions read operands (decision_moves): across copies too, a decision frozen
         # alone reading a shared cone's log
-        if put_back:
-            in2out(decide_on_operands).apply(fgraph, start_from=put_back)
+        if put_back:  # a decision moved onto a constant operand is folded
+            in2out(decide_on_operands, fold_exact).apply(fgraph, start_from=put_back)
         spell_like_the_rest(fgraph, [v for v in put_back if v in fgraph.clients])
         read_copies_in_the_rest(fgraph)
         if put_back:
@@ -279,12 +280,25 @@ def inline(fgraph, node):
         return None  # a guard brought in a non-elementwise stable form
     dfs_rewriter(fold_exact_constants).rewrite(graph)  # constant folding has run already
     dfs_rewriter(mark_pows).rewrite(graph)  # libm reads constant operands as the reference does
+    if not fold_constant_cones(graph, node.inputs):
+        return None  # a node of constants whose fold could differ from the reference
     outs = rebuild(graph, node.inputs)
     for old, new in zip(node.outputs, outs, strict=True):
         new.name = old.name
     fgraph.replace_all_validate(list(zip(node.outputs, outs, strict=True)), reason="as_written_inline")
     reads = tuple(v.name or str(v) for v in node.inputs)
     return (op.policy.name, op.label, op.kind, op.cone_size, guards, reads), outs
+
+
+def fold_constant_cones(graph, outer_inputs) -> bool:
+    """Fold, in ``graph`` (a copy's unfrozen inner graph, in place), every elementwise node
+    computed from constants only, the copy's constant inputs included (`constant_folds`):
+    whether none is left unfolded, so that the copy may be put back."""
+    for inner, outer in zip(list(graph.inputs), outer_inputs, strict=True):
+        if isinstance(outer, Constant) and inner in graph.clients:
+            graph.replace(inner, outer, reason="as_written_constant_input", import_missing=True)
+    dfs_rewriter(fold_exact).rewrite(graph)
+    return not constant_nodes(graph)
 
 
 def read_copies_in_the_rest(fgraph) -> None:

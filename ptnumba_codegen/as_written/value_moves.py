@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from pytensor.graph.basic import Constant
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
-from pytensor.scalar import basic as ps
 from pytensor.tensor.basic import ExtractDiag, ScalarFromTensor
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.rewriting import elemwise, shape, subtensor, uncanonicalize
 from pytensor.tensor.rewriting.subtensor_lift import local_extract_diag_of_alloc_diag
 from pytensor.tensor.shape import shape_padleft
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
+
+from ptnumba_codegen.as_written.constant_folds import fold_exact
 
 # rewrite -> why it moves values only (no arithmetic is evaluated or re-associated)
 VALUE_MOVE_REWRITES = {
@@ -45,36 +46,12 @@ VALUE_MOVE_REWRITES = {
 }
 
 
-# scalar op -> why its value over integer and boolean constants may be folded. Merging two
-# slices (`local_subtensor_merge_slice`) writes the merged bounds as index arithmetic on the
-# slices' constants (``switch(lt(17, 0), 17 + 22, 17)``); canonicalize's constant folding
-# folds that arithmetic in the rest of the graph, but a copy is put back after it has run,
-# so the copy's bounds stayed computed: they did not merge with the rest's constant bounds,
-# and fusion made an all-constant Composite that PyTensor's `local_inline_composite_constants`
-# fails on (a logged traceback; GLM_discrete_choice_correlated). Integer arithmetic has one
-# value: numpy (which folds) and the numba kernels (which the reference runs) wrap and
-# compare alike. Division and remainder are left out (a zero divisor raises or not by
-# error model).
-INDEX_ARITHMETIC_FOLDS = {
-    ps.Add: "two's-complement sum, wrapping alike in numpy and numba",
-    ps.Sub: "two's-complement difference, as Add",
-    ps.Mul: "two's-complement product, as Add",
-    ps.Neg: "two's-complement negation, as Add",
-    ps.Maximum: "one of its operands",
-    ps.Minimum: "one of its operands",
-    ps.LT: "a comparison of integers: one answer",
-    ps.GT: "a comparison of integers: one answer",
-    ps.LE: "a comparison of integers: one answer",
-    ps.GE: "a comparison of integers: one answer",
-    ps.EQ: "a comparison of integers: one answer",
-    ps.NEQ: "a comparison of integers: one answer",
-    ps.Switch: "one of its branches, chosen by an integer or boolean condition",
-    ps.AND: "bitwise, one answer",
-    ps.OR: "bitwise, one answer",
-    ps.XOR: "bitwise, one answer",
-    ps.Invert: "bitwise, one answer",
-    ps.Identity: "its operand",
-}
+# Merging two slices (`local_subtensor_merge_slice`) writes the merged bounds as index
+# arithmetic on the slices' constants (``switch(lt(17, 0), 17 + 22, 17)``); canonicalize's
+# constant folding folds that arithmetic in the rest of the graph, but a copy is put back
+# after it has run, so the copy's bounds would stay computed: they would not merge with the
+# rest's constant bounds. `fold_index_arithmetic` folds them where the fold is exact
+# (`constant_folds`: integer arithmetic wraps alike in numpy and numba).
 
 
 def _integral(var) -> bool:
@@ -83,14 +60,15 @@ def _integral(var) -> bool:
 
 @node_rewriter([Elemwise, ScalarFromTensor])
 def fold_index_arithmetic(fgraph, node):
-    """Fold an `INDEX_ARITHMETIC_FOLDS` op on integer or boolean constants (its outputs
-    too), and the `ScalarFromTensor` reading the result as a subtensor's index (a move)."""
-    if isinstance(node.op, Elemwise) and type(node.op.scalar_op) not in INDEX_ARITHMETIC_FOLDS:
-        return None
+    """Fold an exactly foldable op (`constant_folds.fold_exact`) on integer or boolean
+    constants (its outputs too), and the `ScalarFromTensor` reading the result as a
+    subtensor's index (a move)."""
     if not all(isinstance(v, Constant) for v in node.inputs):
         return None
     if not all(_integral(v) for v in (*node.inputs, *node.outputs)):
         return None
+    if isinstance(node.op, Elemwise):
+        return fold_exact.transform(fgraph, node)
     return unconditional_constant_folding.fn(fgraph, node)
 
 
