@@ -18,7 +18,7 @@ from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Dot
 from pytensor.tensor.rewriting.scalarize import ScalarizedJoin, ScalarSubtensor
 from pytensor.tensor.shape import Reshape, Shape_i, SpecifyShape
-from pytensor.tensor.slinalg import Cholesky, SolveTriangular
+from pytensor.tensor.linalg import Cholesky, SolveTriangular
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
 from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit

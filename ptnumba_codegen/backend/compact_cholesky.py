@@ -37,7 +37,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.slinalg import Cholesky
+from pytensor.tensor.linalg import Cholesky
 from scipy import linalg
 
 from ptnumba_codegen.backend.blas_calls import ROUTINES

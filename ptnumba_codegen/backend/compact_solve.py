@@ -43,7 +43,7 @@ import functools
 from llvmlite import ir
 from numba.core import cgutils, types
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.slinalg import SolveTriangular
+from pytensor.tensor.linalg import SolveTriangular
 from scipy import linalg
 
 from ptnumba_codegen.backend.blas_calls import BLAS_ARGUMENTS, BLAS_MODULE, ROUTINES, emit_blas_call
