@@ -485,7 +485,7 @@ def parse_args(argv):
     p.add_argument("--n", type=float, default=1_000_000, help="elements per input (matrix workloads: n/1000 rows x 1000); default 1e6")
     p.add_argument("--group", default="all", choices=[*wl.GROUPS, "all", "pymc", "catalogue"], help="workload group (default all); pymc: the PyMC model benchmark, one process per backend, with its own options (see `bench --group pymc --help`); catalogue: PyMC's model catalogue (`bench --group catalogue --catalogue PATH --help`)")
     p.add_argument("--workloads", default=None, help="comma-separated workload keys or labels: " + ",".join(wl.WORKLOADS))
-    p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: " + ",".join(b for b in wl.EXTRA_BACKENDS if b != "jax"))
+    p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: " + ",".join(b for b in wl.EXTRA_BACKENDS if b != "jax") + ", policy_FILE.toml (a policy file)")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if importable")
     p.add_argument("--repeat", type=int, default=48, help="interleaved timing samples per backend, spread over the copies (default 48; 4x that at --per-call-n)")
     p.add_argument("--copies", type=int, default=2, help="separately compiled copies per backend, timed in turn (default 2)")
@@ -553,9 +553,9 @@ def main(argv=None) -> int:
         return 2
     if args.backends:
         backends = tuple(s.strip() for s in args.backends.split(",") if s.strip())
-        unknown = [b for b in backends if b not in wl.ALL_BACKENDS]
+        unknown = [b for b in backends if not wl.known_backend(b)]
         if unknown:
-            print(f"error: unknown backend(s) {unknown}; known: {wl.ALL_BACKENDS}", file=sys.stderr)
+            print(f"error: unknown backend(s) {unknown}; known: {wl.ALL_BACKENDS} or policy_FILE.toml", file=sys.stderr)
             return 2
         if "jax" in backends and not wl.jax_available():
             log.warning("jax is not importable: leaving the jax backend out")

@@ -56,6 +56,11 @@ BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_default_1t",
 EXTRA_BACKENDS = ("policy_as_written", "policy_fast", "jax")
 ALL_BACKENDS = BACKENDS + EXTRA_BACKENDS
 
+
+def known_backend(backend: str) -> bool:
+    """One of `ALL_BACKENDS`, or ``policy_PATH.toml``: a policy file of one's own."""
+    return backend in ALL_BACKENDS or (backend.startswith("policy_") and backend.endswith(".toml"))
+
 DEFAULT_SEED = 20240611
 
 
