@@ -578,6 +578,37 @@ def test_a_copy_spelled_with_other_value_moves_merges_with_the_rest():
         assert np.array_equal(g == 0, g_ref == 0), (a0, g, g_ref)
 
 
+def tiled_gather_fn(backend):
+    """A Poisson GLMM on a tiled matrix: ``tile(alpha[None, :], (nyear, 1))`` read at
+    ``[year, site]``, the check ``mu >= 0`` on ``mu = exp(...)``, the logp on the same mu."""
+    rng = np.random.default_rng(3)
+    alpha = pt.vector("alpha", shape=(12,))
+    year, site = (pt.constant(rng.integers(0, n, 200)) for n in (5, 12))
+    y = pt.constant(rng.poisson(2.0, 200).astype("float64"))
+    mu = pt.exp(pt.tile(alpha[None, :], (5, 1))[year, site])
+    logp = pt.switch(pt.ge(mu, 0.0), y * pt.log(mu) - mu, -np.inf).sum()
+    with pytensor.config.change_flags(on_opt_error="raise"):
+        return compile_fn([alpha], [logp, pytensor.grad(logp, alpha)], backend, cache_key="tiled_gather")
+
+
+def test_a_copy_reading_a_broadcast_by_index_reads_the_value_like_the_rest():
+    """The copy reads ``tile(alpha)[year, site]`` where the rewritten rest reads
+    ``alpha[site]`` (`local_subtensor_of_alloc`, a value move): spelled like the rest, the
+    copy allocates no tiled matrix and gathers by one index, as ``rewritten`` does; the
+    decision's zeros and the values are the graph as written's, at special values."""
+    counts = {b: scalar_op_counts(tiled_gather_fn(b)) for b in ("policy_rewritten", "policy_default")}
+    assert counts["policy_default"]["Alloc"] == counts["policy_rewritten"]["Alloc"], counts
+    assert counts["policy_default"]["AdvancedSubtensor"] == counts["policy_rewritten"]["AdvancedSubtensor"]
+    ref, res = tiled_gather_fn("unoptimized_strict"), tiled_gather_fn("policy_default")
+    point = np.linspace(-1.0, 1.0, 12)
+    for r, e in zip(res(point), ref(point), strict=True):
+        np.testing.assert_allclose(r, e, rtol=1e-12)
+    for a0 in (709.0, 710.0, -745.2, -746.0, np.inf, -np.inf):  # (NaN: docs/policies.md "Limits")
+        point[3] = a0
+        (_, g), (_, g_ref) = res(point), ref(point)
+        assert np.array_equal(g == 0, g_ref == 0), (a0, g, g_ref)
+
+
 def sliced_tail_fn(backend):
     """PyMC's split of a flat parameter vector: ``x[17:][k]``, each element in a decision."""
     x = pt.vector("x", shape=(22,))
