@@ -14,7 +14,7 @@ variable                               values (default first)      read by, when
                                        path (unset: ``default``)   no policy, `switch.enable(None)`; also checked
                                                                    once when the package is imported
 ``PTNUMBA_CODEGEN_REWRITTEN_GRAPHS``   ``on``, ``off``             `passes.rewritten_graphs.graph_key`: each compile
-``PTNUMBA_CODEGEN_SLOW_PATH``          ``on_demand``, ``linked``   `as_written.lowering`: each opaque copy lowered
+``PTNUMBA_CODEGEN_SLOW_PATH``          ``on_demand``, ``linked``   `as_written.lowering`: each envelope guard compiled
 ``PTNUMBA_CODEGEN_EXACT_LANES``        ``on``, ``off``             `lowering.vecmath.exact_lanes.status`: once per
                                                                    function and lane count
 ``PTNUMBA_CODEGEN_NODE_WRAPPERS``      ``direct``, ``pytensor``    `backend.node_wrappers`: first policy compile
@@ -23,8 +23,8 @@ variable                               values (default first)      read by, when
 ``PTNUMBA_CODEGEN_BOXING``             ``environment``, ``numba``  `runtime.boxing`: first policy compile
 ``PTNUMBA_CODEGEN_GC``                 ``postpone``, ``python``    `runtime.collector`: first policy compile
 ``PTNUMBA_CODEGEN_MACHINE_CODE``       ``on_demand``, ``always``   `runtime.machine_code`: first policy compile
-``PTNUMBA_CODEGEN_SHARE_BLAS``         ``1``, ``0``                `runtime.shared_blas.share_blas_pool`: the first
-                                                                   split-loop runtime built with BLAS ops around
+``PTNUMBA_CODEGEN_SHARE_BLAS``         ``1``, ``0``                `runtime.threads`: when the thread-chunk runtime
+                                                                   starts
 =====================================  ==========================  ==================================================
 
 What a value other than the default does is each `Setting`'s ``what``; docs/settings.md has
@@ -38,16 +38,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-
-def env_choice(environ: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
-    """The value of the switch ``name`` in ``environ`` (case and surrounding spaces ignored;
-    unset or empty: ``allowed[0]``, the default); a clear error naming the variable and the
-    allowed values otherwise."""
-    choice = environ.get(name, allowed[0]).strip().lower() or allowed[0]
-    if choice not in allowed:
-        raise ValueError(f"{name}={environ.get(name)!r}: allowed values are {', '.join(allowed)}")
-    return choice
 
 
 @dataclass(frozen=True)
@@ -65,11 +55,16 @@ class Setting:
         return self.allowed[0] if self.allowed else ""
 
     def value(self, environ: Mapping[str, str] | None = None) -> str:
-        """The switch's value in ``environ`` (default: the process's environment, now)."""
+        """The switch's value in ``environ`` (default: the process's environment, now): case
+        and surrounding spaces ignored, unset or empty the default; any other value raises,
+        naming the variable and the allowed values. A free-text switch is read as written."""
         environ = os.environ if environ is None else environ
         if not self.allowed:
             return environ.get(self.env) or ""
-        return env_choice(environ, self.env, self.allowed)
+        choice = environ.get(self.env, "").strip().lower() or self.default
+        if choice not in self.allowed:
+            raise ValueError(f"{self.env}={environ.get(self.env)!r}: allowed values are {', '.join(self.allowed)}")
+        return choice
 
 
 POLICY = Setting(
@@ -125,7 +120,7 @@ MACHINE_CODE = Setting(
 SHARE_BLAS = Setting(
     "PTNUMBA_CODEGEN_SHARE_BLAS", ("1", "0"),
     "0: OpenBLAS keeps its own worker threads instead of running its jobs on numba's",
-    "runtime.shared_blas.share_blas_pool",
+    "runtime.shared_blas.sharing_wanted: when the thread-chunk runtime starts",
 )
 
 SETTINGS: tuple[Setting, ...] = (
@@ -135,5 +130,5 @@ SETTINGS: tuple[Setting, ...] = (
 
 __all__ = [
     "BOXING", "EXACT_LANES", "GC", "MACHINE_CODE", "MALLOC", "NODE_WRAPPERS", "NUTPIE_WRAPPERS", "POLICY",
-    "REWRITTEN_GRAPHS", "SETTINGS", "SHARE_BLAS", "SLOW_PATH", "Setting", "env_choice",
+    "REWRITTEN_GRAPHS", "SETTINGS", "SHARE_BLAS", "SLOW_PATH", "Setting",
 ]

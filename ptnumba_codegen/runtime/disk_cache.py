@@ -5,20 +5,20 @@ process would otherwise pay for them at every compile where stock pays nothing).
 names every one: its directory, its file format and what one file holds, and the module
 that keeps it; each of those modules reads and writes through its row (`DiskCache`).
 
-=================================  ======  ======  =====================================  ===================================
-directory                          format  coding  one file holds, keyed by               kept by
-=================================  ======  ======  =====================================  ===================================
-``ptnumba_codegen_exact_lanes``    1       json    an exact-lanes self-check's verdict,   `lowering.vecmath.check_cache`
-                                                   by `check_cache.CheckKey`
-``ptnumba_codegen_libm_data``      1       pickle  the libm data found for one table, by  `lowering.vecmath.libm_data_cache`
-                                                   `libm_data_cache.DataKey`
-``ptnumba_codegen_runtime``        1       pickle  the split-loop runtime's object code,  `runtime.runtime_cache`
-                                                   by `runtime_cache.RuntimeKey`
-``ptnumba_codegen_guard_verdicts`` 2       pickle  an overflow-guard probe's "nothing to  `as_written.guard_verdicts`
-                                                   guard", by the cone's full text
-``ptnumba_codegen_rewritten_graphs`` 2     pickle  a function's rewritten graph, by the   `passes.rewritten_graphs`
-                                                   given graph's and the rewrites' text
-=================================  ======  ======  =====================================  ===================================
+======================================  ======  ======  ==========================================  ===================================
+directory                               format  coding  one file holds, keyed by                    kept by
+======================================  ======  ======  ==========================================  ===================================
+``ptnumba_codegen_exact_lanes``         1       json    an exact-lanes self-check's verdict, by     `lowering.vecmath.check_cache`
+                                                        `check_cache.CheckKey`
+``ptnumba_codegen_libm_data``           1       pickle  the libm data found for one table, by       `lowering.vecmath.libm_data_cache`
+                                                        `libm_data_cache.DataKey`
+``ptnumba_codegen_runtime``             1       pickle  the thread-chunk runtime's object code, by  `runtime.runtime_cache`
+                                                        `runtime_cache.RuntimeKey`
+``ptnumba_codegen_guard_verdicts``      2       pickle  an overflow-guard probe's "nothing to       `as_written.guard_verdicts`
+                                                        guard", by the cone's full text
+``ptnumba_codegen_rewritten_graphs``    2       pickle  a function's rewritten graph, by the        `passes.rewritten_graphs`
+                                                        given graph's and the rewrites' full text
+======================================  ======  ======  ==========================================  ===================================
 
 All live beside PyTensor's numba kernel cache (``NUMBA_CACHE_PATH``), each under its own
 directory, and only while ``pytensor.config.numba__cache`` is on: turning the kernel cache
@@ -179,14 +179,14 @@ EXACT_LANES_VERDICTS = DiskCache("ptnumba_codegen_exact_lanes", 1, "json", "an e
                                  "lowering.vecmath.check_cache")
 LIBM_DATA = DiskCache("ptnumba_codegen_libm_data", 1, "pickle", "the libm data found for one table",
                       "lowering.vecmath.libm_data_cache")
-SPLIT_RUNTIME = DiskCache("ptnumba_codegen_runtime", 1, "pickle", "the split-loop runtime's object code",
+CHUNK_RUNTIME = DiskCache("ptnumba_codegen_runtime", 1, "pickle", "the thread-chunk runtime's object code",
                           "runtime.runtime_cache")
 GUARD_VERDICTS = DiskCache("ptnumba_codegen_guard_verdicts", 2, "pickle", "an overflow-guard probe's verdict",
                            "as_written.guard_verdicts")
 REWRITTEN_GRAPHS = DiskCache("ptnumba_codegen_rewritten_graphs", 2, "pickle", "a function's rewritten graph",
                              "passes.rewritten_graphs")
-CACHES: tuple[DiskCache, ...] = (EXACT_LANES_VERDICTS, LIBM_DATA, SPLIT_RUNTIME, GUARD_VERDICTS, REWRITTEN_GRAPHS)
+CACHES: tuple[DiskCache, ...] = (EXACT_LANES_VERDICTS, LIBM_DATA, CHUNK_RUNTIME, GUARD_VERDICTS, REWRITTEN_GRAPHS)
 
 
-__all__ = ["CACHES", "CODINGS", "EXACT_LANES_VERDICTS", "GUARD_VERDICTS", "LIBM_DATA", "REWRITTEN_GRAPHS", "SPLIT_RUNTIME",
-           "DiskCache", "digest", "directory", "file_digest", "key_digest", "read", "read_record", "write"]
+__all__ = ["CACHES", "CHUNK_RUNTIME", "CODINGS", "EXACT_LANES_VERDICTS", "GUARD_VERDICTS", "LIBM_DATA", "REWRITTEN_GRAPHS",
+           "Coding", "DiskCache", "digest", "directory", "file_digest", "key_digest", "read", "read_record", "write"]

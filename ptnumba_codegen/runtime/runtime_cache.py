@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ptnumba_codegen.runtime import disk_cache
 
-CACHE = disk_cache.SPLIT_RUNTIME
+CACHE = disk_cache.CHUNK_RUNTIME
 
 
 @dataclass(frozen=True)
