@@ -18,11 +18,11 @@ yield to), which is checked after a hit instead (it may change while the passes 
 
 `CachedRewriteSequence` is the class of every rewrite sequence PyTensor's ``optdb``
 builds (`modes.py` sets it). A sequence that does not run a policy pass (`POLICY_PASSES`:
-the kernels' pass, and the passes a higher layer registers with `register_policy_pass`,
-the as-written pass among them) is PyTensor's own, unchanged. One that does spells all of the above; on a hit it puts
-the stored graph in place of the given one's outputs (same inputs, validated by the
-graph's features as any replacement is) and skips the rewrites, on a miss it rewrites and
-stores the result. What the passes leave on the graph besides its nodes
+the kernels' pass, and those a higher layer registers with `register_policy_pass`, the
+as-written pass among them) is PyTensor's own, unchanged. One that does spells all of the
+above; on a hit it puts the stored graph in place of the given one's outputs (same inputs,
+validated by the graph's features as any replacement is) and skips the rewrites, on a miss
+it rewrites and stores the result. What the passes leave on the graph besides its nodes
 (`CARRIED_ATTRIBUTES`) is stored and restored with it, and what they set up in the process
 (`policy_codegen.prepare_process`) runs on a hit too. What they log at INFO (each pass's
 summary) is kept with the graph and logged again on a hit; a graph stored by a process
@@ -99,6 +99,8 @@ def register_policy_pass(pass_class: type, carried: Mapping[str, str] | None = N
 
 def _is_policy_pass(r) -> bool:
     return isinstance(r, tuple(POLICY_PASSES))
+
+
 # Config flags not in the key: ``mode`` is the compiling Mode object while rewriting
 # (its linker is in the key as ``linker``).
 CONFIG_NOT_IN_KEY = frozenset({"mode"})
