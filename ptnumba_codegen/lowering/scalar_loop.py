@@ -1,10 +1,10 @@
 """The rule for ``ScalarLoop`` (e.g. the series in the gradients of gammainc/betainc).
 
-The loop is emitted inline; its inner graph is a Program of its own, classified and
-planned like any kernel body, by the body planner the rule's context hands it
-(`base.BodyLowering`). A carry that reaches the ``until`` condition (or a
-sensitive output of the loop) is strict in every iteration, so its classification is a
-fixpoint over the carries. Semantics follow the stock numba lowering: ``until`` starts
+The loop is emitted inline; its inner graph is a Program of its own, classified, planned
+and emitted like any kernel body by the body planner the rule's context hands it
+(`base.BodyLowering`). A carry that reaches the ``until`` condition (or a sensitive output
+of the loop) is strict in every iteration, so its classification is a fixpoint over the
+carries. Semantics follow the stock numba lowering: ``until`` starts
 False; a for-loop with a negative count raises ValueError.
 """
 
