@@ -72,6 +72,7 @@ from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.passes import pass_errors
+from ptnumba_codegen.passes.rewritten_graphs import register_policy_pass
 from ptnumba_codegen.as_written.compile_once import read_inputs_once, rebuild
 from ptnumba_codegen.as_written.constant_folds import constant_nodes, fold_exact
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
@@ -176,6 +177,10 @@ class AsWrittenPass(GraphRewriter):
 
     def __str__(self):
         return f"AsWrittenPass({self.policy!r})"
+
+
+# A sequence running the pass keeps its rewritten graph on disk, with what it leaves on it.
+register_policy_pass(AsWrittenPass, {INLINED_ATTR: "explain: the as-written copies put back into the graph"})
 
 
 # Softmax, LogSoftmax, LogSumExp, ... and their gradients: the ops PyTensor's own

@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import ptnumba_codegen
+from ptnumba_codegen import GENERATOR_VERSION
+from ptnumba_codegen.tools import catalogue_bench, modelbench
 from ptnumba_codegen.tools import workloads as wl
 
 log = logging.getLogger("ptnumba_codegen.tools.bench")
@@ -349,8 +352,6 @@ def table(results, workloads, backends, *, n, per_call_n, compile_time, clock="w
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, (h, _) in enumerate(cols)]
     lines = []
     shape_note = f"n={n:g} (matrix workloads: {wl.WORKLOADS['softmax'].shape(n)[0]}x{wl.WORKLOADS['softmax'].shape(n)[1]})"
-    from ptnumba_codegen import GENERATOR_VERSION
-
     lines.append(
         f"# median ms per call ({clock} clock), {shape_note}; ratios < 1 mean faster than "
         f"stock_fast; generator {GENERATOR_VERSION}"
@@ -387,8 +388,6 @@ def slower_than_baseline(results, threshold=0.10) -> list[tuple[str, float, floa
 def to_json(results, args, backends) -> dict:
     import numba
     import pytensor
-
-    import ptnumba_codegen
 
     return {
         "meta": {
@@ -522,12 +521,8 @@ def _group_of(argv) -> str | None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if _group_of(argv) == "pymc":  # the PyMC model benchmark has its own runner and options
-        from ptnumba_codegen.tools import modelbench
-
         return modelbench.main(argv)
     if _group_of(argv) == "catalogue":  # PyMC's model catalogue, also its own runner
-        from ptnumba_codegen.tools import catalogue_bench
-
         return catalogue_bench.main(argv)
     args = parse_args(argv)
     logging.basicConfig(

@@ -40,11 +40,15 @@ changed it): the generator only replaces ``Elemwise`` nodes, so any other op in 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+import ptnumba_codegen
+from ptnumba_codegen.policy import Parallel
 
 GROUPS = ("core", "reduction", "transcendental")
 
@@ -281,8 +285,6 @@ def backend_mode(backend: str):
         ctx = pytensor.config.change_flags(numba__fastmath=(backend == "stock_fast"))
         return Mode(linker="numba", optimizer="fast_run"), ctx
     if backend.startswith("policy_"):
-        import ptnumba_codegen
-
         return ptnumba_codegen.policy_mode(backend_policy(backend)), contextlib.nullcontext()
     if backend == "jax":
         return Mode(linker="jax", optimizer="fast_run"), contextlib.nullcontext()
@@ -294,13 +296,7 @@ def backend_policy(backend: str):
     thread); None for the other backends."""
     if not backend.startswith("policy_"):
         return None
-    import ptnumba_codegen
-
     if backend == "policy_default_1t":
-        import dataclasses
-
-        from ptnumba_codegen.policy import Parallel
-
         return dataclasses.replace(ptnumba_codegen.load_policy("default"), parallel=Parallel(threads=1))
     return ptnumba_codegen.load_policy(backend.removeprefix("policy_"))
 
