@@ -60,6 +60,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,11 +181,64 @@ def build(root, entry: CatalogueModel, form: str):
         sys.path.insert(0, str(root))
     module = _load_file(_unique(entry.path.stem, entry.path), entry.path)
     model, ip = module.build_model()
+    return in_form(model, form), ip
+
+
+def in_form(model, form: str):
+    """``model`` as written (``original``) or ``freeze_dims_and_data(model)`` (``frozen``)."""
     if form == "frozen":
         from pymc.model.transform.optimization import freeze_dims_and_data
 
-        model = freeze_dims_and_data(model)
-    return model, ip
+        return freeze_dims_and_data(model)
+    return model
+
+
+# --- model sources ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    """One model as a worker sees it, whatever its source: ``build(form) -> (model,
+    initial point)`` and the recipe compiling it, ``recipe(model, ip, *, mode, with_grad)
+    -> (function, raveled point)``."""
+
+    name: str
+    discrete: bool
+    build: Callable
+    recipe: Callable
+
+
+def catalogue_model(root, entry: CatalogueModel, recipe=None) -> SourceModel:
+    """``entry`` of the checkout ``root``, compiled by ``recipe`` (default: the catalogue's)."""
+    return SourceModel(entry.name, entry.discrete, lambda form: build(root, entry, form),
+                       recipe or load_recipe(root))
+
+
+def catalogue_source(spec: dict, recipe=None) -> SourceModel:
+    """The catalogue model ``spec["model"]`` of the checkout ``spec["catalogue"]``."""
+    root = Path(spec["catalogue"])
+    return catalogue_model(root, discover(root)[spec["model"]], recipe)
+
+
+#: Where a worker's model comes from: ``spec["source"]`` -> ``module:function(spec, recipe)
+#: -> SourceModel`` (a spec without a source names a catalogue model).
+SOURCES = {
+    "catalogue": "ptnumba_codegen.tools.catalogue_bench:catalogue_source",
+    "generated": "ptnumba_codegen.tools.generated_bench:source_model",
+}
+
+
+def source_model(spec: dict, recipe=None) -> SourceModel:
+    module, _, function = SOURCES[spec.get("source", "catalogue")].partition(":")
+    return getattr(importlib.import_module(module), function)(spec, recipe)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (``ru_maxrss``), in MB."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes (bytes on macOS)
+    return peak / (1024.0 * 1024.0 if sys.platform == "darwin" else 1024.0)
 
 
 @contextlib.contextmanager
@@ -229,18 +283,23 @@ def compile_catalogue_model(root, entry: CatalogueModel, form: str, backend: str
                             cache_dir: str | None = None, recipe=None) -> CompiledModel:
     """Build ``entry`` in ``form`` and compile it with the catalogue's recipe under
     ``backend``, then call it once (numba compiles at the first call)."""
-    recipe = recipe or load_recipe(root)
+    return compile_source_model(catalogue_model(root, entry, recipe), form, backend, cache_dir)
+
+
+def compile_source_model(source: SourceModel, form: str, backend: str, cache_dir: str | None = None) -> CompiledModel:
+    """Build ``source`` in ``form`` and compile it with its recipe under ``backend``, then
+    call it once (numba compiles at the first call)."""
     t0 = time.perf_counter()
-    model, ip = build(root, entry, form)
+    model, ip = source.build(form)
     t1 = time.perf_counter()
     mode, ctx = mb.compile_mode(backend)
     with ctx, numba_cache(cache_dir):
-        fn, x = recipe(model, ip, mode=mode, with_grad=not entry.discrete)
+        fn, x = source.recipe(model, ip, mode=mode, with_grad=not source.discrete)
         call = wl.caller(fn, backend)
         t2 = time.perf_counter()
         call(x)
         t3 = time.perf_counter()
-    return CompiledModel(fn, call, np.asarray(x), entry.discrete, t1 - t0, t2 - t1, t3 - t2,
+    return CompiledModel(fn, call, np.asarray(x), source.discrete, t1 - t0, t2 - t1, t3 - t2,
                          mb.policy_nodes(fn, backend))
 
 
@@ -252,9 +311,9 @@ def call_outputs(c: CompiledModel) -> tuple[np.ndarray, np.ndarray]:
     return logp, dlogp
 
 
-def nutpie_run(root, entry: CatalogueModel, form: str, backend: str, seed: int, cores: int) -> dict:
+def nutpie_run(source: SourceModel, form: str, backend: str, seed: int, cores: int) -> dict:
     """Time to posterior through nutpie: compile, then 1000 tune + 1000 draws on 2 chains."""
-    if entry.discrete:
+    if source.discrete:
         return {"nutpie_status": "n/a: discrete free variables"}
     if backend in ("c", "stock_strict"):
         return {"nutpie_status": f"n/a: nutpie has no {backend} backend"}
@@ -262,7 +321,7 @@ def nutpie_run(root, entry: CatalogueModel, form: str, backend: str, seed: int, 
 
     import ptnumba_codegen
 
-    model, _ = build(root, entry, form)
+    model, _ = source.build(form)
     policy = wl.backend_policy(backend)
     switch = ptnumba_codegen.enabled(policy) if policy is not None else contextlib.nullcontext()
     t0 = time.perf_counter()
@@ -282,22 +341,23 @@ def nutpie_run(root, entry: CatalogueModel, form: str, backend: str, seed: int, 
 
 
 def worker(spec: dict, recipe=None) -> dict:
-    """One cell in this process; ``spec``: catalogue, model, form, backend, phase
+    """One cell in this process; ``spec``: the model's source (`SOURCES`: ``source`` and its
+    fields, for the catalogue ``catalogue``), model, form, backend, phase
     (``cold``/``warm``/``ref``/``nutpie``/``nutpie_warm``), cache_dir, seconds, samples, out (``.npz``
-    path for the outputs, or None), seed, cores. Returns the JSON-ready record."""
+    path for the outputs, or None), seed, cores. Returns the JSON-ready record, with the
+    process's peak memory (``maxrss_mb``)."""
     rec = {k: spec.get(k) for k in ("model", "form", "backend", "phase", "round")}
     rec["pid"] = os.getpid()
     rec["generator"] = GENERATOR_DIGEST  # the source this process runs (warm_s compares)
     try:
-        root = Path(spec["catalogue"])
-        entry = discover(root)[spec["model"]]
-        rec["discrete"] = entry.discrete
+        source = source_model(spec, recipe)
+        rec["discrete"] = source.discrete
         if spec["phase"] in NUTPIE_PHASES:
             with numba_cache(spec.get("cache_dir")):
-                rec.update(nutpie_run(root, entry, spec["form"], spec["backend"], spec.get("seed", 0),
+                rec.update(nutpie_run(source, spec["form"], spec["backend"], spec.get("seed", 0),
                                       spec.get("cores", NUTPIE_CHAINS)))
         else:
-            c = compile_catalogue_model(root, entry, spec["form"], spec["backend"], spec.get("cache_dir"), recipe)
+            c = compile_source_model(source, spec["form"], spec["backend"], spec.get("cache_dir"))
             logp, dlogp = call_outputs(c)
             rec.update(build_s=c.build_s, compile_s=c.compile_s + c.first_call_s,
                        rewrite_link_s=c.compile_s, first_call_s=c.first_call_s,
@@ -311,6 +371,7 @@ def worker(spec: dict, recipe=None) -> dict:
         rec.update(ok=True, status="ok")
     except Exception as err:
         rec.update(ok=False, status=error_status(err), error=traceback.format_exc())
+    rec["maxrss_mb"] = peak_rss_mb()
     return rec
 
 
@@ -432,6 +493,11 @@ class Cell:
     @property
     def cold_s(self):
         return self._first_ok("cold", "compile_s")
+
+    @property
+    def peak_mb(self):
+        """The peak memory of the cold process (build, compile on an empty cache, one call)."""
+        return self._first_ok("cold", "maxrss_mb")
 
     @property
     def warm_s(self):
@@ -568,10 +634,10 @@ def _short(b: str) -> str:
     return mb.SHORT.get(b, b)
 
 
-def table(res: Results, form: str, *, nutpie: bool = False) -> str:
+def table(res: Results, form: str, *, nutpie: bool = False, title: str = "catalogue") -> str:
     """One row per (model, backend)."""
     head = ["model", "backend", "cold s", "warm s", "median us", "min us", "/stock", "/min(stock,jax)",
-            "elem err", "norm err"]
+            "elem err", "norm err", "peak MB"]
     if nutpie:
         head += ["nutpie compile s", "nutpie warm compile s", "nutpie sample s"]
     head.append("status")
@@ -584,7 +650,7 @@ def table(res: Results, form: str, *, nutpie: bool = False) -> str:
                    _fmt(c.min_us, ".1f"),
                    _fmt(res.ratio(form, m, b) if b != "stock_fast" else None, ".2f"),
                    _fmt(res.ratio(form, m, b, ("stock_fast", "jax")) if b.startswith("policy_") else None, ".2f"),
-                   _fmt(elem, ".1e"), _fmt(norm, ".1e")]
+                   _fmt(elem, ".1e"), _fmt(norm, ".1e"), _fmt(c.peak_mb, ".0f")]
             if nutpie:
                 n = c.nutpie or {}
                 row += [_fmt(n.get("nutpie_compile_s"), ".1f"),
@@ -601,8 +667,9 @@ def table(res: Results, form: str, *, nutpie: bool = False) -> str:
 
     from ptnumba_codegen import GENERATOR_VERSION
 
-    out = [f"# catalogue, {form} form: compile seconds (cold: empty cache; warm: second process on "
-           f"its cache), us per call (median, fastest), ratios of medians, error vs C; generator {GENERATOR_VERSION}",
+    out = [f"# {title}, {form} form: compile seconds (cold: empty cache; warm: second process on "
+           f"its cache), us per call (median, fastest), ratios of medians, error vs C, peak memory of the "
+           f"cold process; generator {GENERATOR_VERSION}",
            line(head), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
     return "\n".join(out)
 
@@ -663,13 +730,13 @@ def to_json(res: Results, args) -> dict:
     for (form, m, b), c in res.cells.items():
         elem, norm = res.agreement(form, m, b)
         cells.append({"form": form, "model": m, "backend": b, "cold_compile_s": c.cold_s,
-                      "warm_compile_s": c.warm_s, "stale_warm_processes": len(c.stale_warm), "median_us": c.median_us, "min_us": c.min_us,
+                      "warm_compile_s": c.warm_s, "cold_peak_mb": c.peak_mb, "stale_warm_processes": len(c.stale_warm), "median_us": c.median_us, "min_us": c.min_us,
                       "ratio_stock": res.ratio(form, m, b),
                       "ratio_min_stock_jax": res.ratio(form, m, b, ("stock_fast", "jax")),
                       "elementwise_rel_err": elem, "normwise_rel_err": norm,
                       "status": res.status(form, m, b), "nutpie": c.nutpie, "records": c.records})
     return {
-        "meta": {"catalogue": str(args.catalogue), "forms": res.forms, "models": res.models,
+        "meta": {"catalogue": str(getattr(args, "catalogue", None)), "forms": res.forms, "models": res.models,
                  "backends": res.backends, "rounds": args.rounds, "time_budget": args.time_budget,
                  "blas_threads": getattr(args, "blas_threads", None),
                  "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
@@ -682,11 +749,18 @@ def to_json(res: Results, args) -> dict:
 # --- the runner -------------------------------------------------------------------------
 
 
+def _source_fields(args, model) -> dict:
+    """The spec fields naming where ``model`` comes from: ``args.source_fields(model)``
+    when the runner was given one, else the catalogue checkout ``args.catalogue``."""
+    fields = getattr(args, "source_fields", None)
+    return fields(model) if fields else {"source": "catalogue", "catalogue": os.path.abspath(args.catalogue)}
+
+
 def _spec(args, workdir: Path, form, model, backend, phase, rnd) -> dict:
     tag = f"{form}-{model.replace('/', '_')}-{backend}"
     timed = phase == "warm" and backend in args.timed_backends
     return {
-        "catalogue": os.path.abspath(args.catalogue), "model": model, "form": form, "backend": backend,
+        **_source_fields(args, model), "model": model, "form": form, "backend": backend,
         "phase": phase, "round": rnd, "seed": args.seed, "cores": args.cores, "nice": args.nice,
         "blas_threads": getattr(args, "blas_threads", None),
         # nutpie: an empty cache of its own, what a user's first run pays (not the user's cache,
@@ -700,7 +774,8 @@ def _spec(args, workdir: Path, form, model, backend, phase, rnd) -> dict:
 def run(args, run_one=None, progress=None) -> Results:
     """For every form and model: the C reference (unless ``c`` is run), then ``rounds``
     rounds over the backends, order rotated each round (round 1: a cold and a warm
-    process, later rounds: warm), then nutpie if asked. ``run_one(spec) -> record``;
+    process, later rounds: warm), then nutpie if asked (for the models in
+    ``args.nutpie_models`` when set, else every model). ``run_one(spec) -> record``;
     ``progress(results)`` after every model (the CLI rewrites ``--json`` there)."""
     run_one = run_one or (lambda spec: run_subprocess(spec, args.timeout))
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ptnumba_catalogue_")).resolve()
@@ -729,7 +804,7 @@ def run(args, run_one=None, progress=None) -> Results:
                         if not rec.get("ok"):
                             failed.add(b)
                             break
-            if args.nutpie:
+            if args.nutpie and m in (getattr(args, "nutpie_models", None) or args.models):
                 for phase in NUTPIE_PHASES:  # the first process fills the cache the second reads
                     for b in args.backends:
                         res.add(run_one(_spec(args, workdir, form, m, b, phase, 0)))
