@@ -83,6 +83,8 @@ def _short(value) -> str:
         return f"{value:.2g}"
     if isinstance(value, list):
         return "[" + ",".join(_short(v) for v in value) + "]"
+    if isinstance(value, dict) and set(value) == {"levels", "centered"}:  # a grouping factor
+        return f"{value['levels']}{'c' if value['centered'] else 'nc'}"
     if isinstance(value, dict):
         return "/".join(_short(v) for v in value.values())
     return str(value)
@@ -100,11 +102,12 @@ def draw(seed: int, index: int, attempt: int = 0) -> GeneratedModel:
     return GeneratedModel(seed, index, attempt, scale, pieces)
 
 
-def logp_dlogp_fn(model, ip, *, mode="NUMBA"):
+def logp_dlogp_fn(model, ip, *, mode="NUMBA", with_grad: bool = True):
     """The catalogue's recipe (pymc-model-catalogue ``build_logp_fn``): ``rewrite_pregrad``
-    of the model's logp, its gradient joined into one vector, both as functions of one
-    raveled float64 point (``join_nonshared_inputs``), compiled by ``pymc.compile`` with
-    ``trust_input=True``. Returns ``(function, raveled initial point)``."""
+    of the model's logp and (``with_grad``) its gradient joined into one vector, as
+    functions of one raveled float64 point (``join_nonshared_inputs``), compiled by
+    ``pymc.compile`` with ``trust_input=True``. Returns ``(function, raveled initial
+    point)``."""
     import pytensor.tensor as pt
     from pymc.blocking import DictToArrayBijection
     from pymc.pytensorf import compile as pymc_compile
@@ -112,15 +115,18 @@ def logp_dlogp_fn(model, ip, *, mode="NUMBA"):
 
     value_vars = model.value_vars
     logp = rewrite_pregrad(model.logp())
-    dlogp = pt.join(0, *(g.ravel() for g in pt.grad(logp, value_vars)))
-    outputs, joined = join_nonshared_inputs(point=ip, outputs=[logp, dlogp], inputs=value_vars)
+    outputs = [logp]
+    if with_grad:
+        outputs.append(pt.join(0, *(g.ravel() for g in pt.grad(logp, value_vars))))
+    outputs, joined = join_nonshared_inputs(point=ip, outputs=outputs, inputs=value_vars)
     fn = pymc_compile([joined], outputs, mode=mode)
     fn.trust_input = True
     return fn, DictToArrayBijection.map({v.name: ip[v.name] for v in value_vars}).data
 
 
-#: The mode `check` compiles with: the C VM without C code (no compiler, no numba).
 def check_mode():
+    """The mode `check` compiles with: Python's ``perform`` of every op, the cheapest to
+    compile (`check` also turns the C compiler off, for Scan's inner functions)."""
     from pytensor.compile.mode import Mode
 
     return Mode(linker="py", optimizer="fast_compile")
@@ -131,8 +137,10 @@ def check(gm: GeneratedModel) -> str | None:
     not finite at its initial point); None when it is accepted."""
     import warnings
 
+    import pytensor
+
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), pytensor.config.change_flags(cxx=""):
             warnings.simplefilter("ignore")
             model, ip = gm.build()
             if not model.free_RVs:

@@ -310,12 +310,14 @@ def draw_stick_breaking(rng, scale):
 
 
 def build_stick_breaking(params, rng, name):
-    """A truncated Dirichlet process mixture: ``w = v * concatenate([[1], cumprod(1 - v)[:-1]])``."""
+    """A truncated Dirichlet process mixture: ``w = v * concatenate([[1], cumprod(1 - v)[:-1]])``,
+    the last stick taking the rest (``v[-1] = 1``) so the weights sum to 1 (PyMC's
+    mixtures check it)."""
     pm, pt = _pm(), _pt()
     k, family = params["truncation"], params["family"]
     y, const = _simulate_mixture(rng, family, params["n"], min(k, 4))
-    v = pm.Beta(f"{name}_v", 1.0, pm.Gamma(f"{name}_concentration", 1.0, 1.0), shape=k)
-    w = v * pt.concatenate([pt.ones(1), pt.cumprod(1.0 - v)[:-1]])
+    v = pm.Beta(f"{name}_v", 1.0, pm.Gamma(f"{name}_concentration", 1.0, 1.0), shape=k - 1)
+    w = pt.concatenate([v, pt.ones(1)]) * pt.concatenate([pt.ones(1), pt.cumprod(1.0 - v)])
     comps = gf.family_dist(f"{name}_comp", family, _component_prior(name, family, k), const)
     if params["likelihood"] == "mixture":
         pm.Mixture(f"{name}_y", w=w, comp_dists=comps, observed=y)
