@@ -7,6 +7,7 @@ generated models being one more model source of its workers.
     python -m ptnumba_codegen bench --group generated --models 20            # a fresh seed
     python -m ptnumba_codegen bench --group generated --seed 41 --models 20 --only g07,g12
     python -m ptnumba_codegen bench --group generated --seed 41 --models 20 --list
+    python -m ptnumba_codegen.tools.generated_bench report run.json     # a --json file again
 
 A performance fuzzer: the models are not the ones the policy was tuned on. The seed is
 printed first (and is time-based unless given), so any run can be repeated; the parent
@@ -131,35 +132,29 @@ def _flags(row, pol) -> list[str]:
 
 
 def model_table(res: cb.Results, form: str, models: dict, *, nutpie: bool = False) -> str:
-    """One row per model, worst first; the model's pieces below the table."""
+    """One row per model, worst first (the values of every backend in one column, in
+    backend order); the models' pieces below the table."""
     pol = policy_backend(res.backends)
-    short = [cb._short(b) for b in res.backends]
+    order = "/".join(cb._short(b) for b in res.backends)
     p = cb._short(pol) if pol else "-"
-    head = ["model", "scale", "pieces", *(f"{s} us" for s in short)]
-    if pol:
-        head += [f"{p}/stock", f"{p}/min(stock,jax)"]
-    head += [f"cold {s} s" for s in short]
-    if pol:
-        head += [f"cold {p}/stock", f"cold {p}/jax"]
-    head += [f"peak {s} MB" for s in short] + ["norm err"]
-    if nutpie:
-        head += [f"nutpie {s} s" for s in short]
-    head.append("flags")
     f = cb._fmt
+
+    def per_backend(values: dict, spec: str) -> str:
+        return "/".join(f(values[b], spec) for b in res.backends)
+
+    head = ["model", "scale", "pieces", f"us {order}"]
+    head += [f"{p}/stock", f"{p}/min(stock,jax)"] if pol else []
+    head += [f"cold s {order}"] + ([f"cold {p}/stock", f"cold {p}/jax"] if pol else [])
+    head += [f"peak MB {order}", "norm err"] + ([f"nutpie s {order}"] if nutpie else []) + ["flags"]
     lines = []
     rows = model_rows(res, form)
     for r in rows:
         g = models[r["model"]]
-        vals = [r["model"], g.scale, "+".join(g.piece_names)]
-        vals += [f(r["median_us"][b], ".1f") for b in res.backends]
-        if pol:
-            vals += [f(r["per_call"], ".2f"), f(r["per_call_best"], ".2f")]
-        vals += [f(r["cold_s"][b], ".1f") for b in res.backends]
-        if pol:
-            vals += [f(r["cold"], ".2f"), f(r["cold_jax"], ".2f")]
-        vals += [f(r["peak_mb"][b], ".0f") for b in res.backends] + [f(r["norm_err"], ".1e")]
-        if nutpie:
-            vals += [f(r["nutpie_s"][b], ".1f") for b in res.backends]
+        vals = [r["model"], g.scale, "+".join(g.piece_names), per_backend(r["median_us"], ".1f")]
+        vals += [f(r["per_call"], ".2f"), f(r["per_call_best"], ".2f")] if pol else []
+        vals += [per_backend(r["cold_s"], ".1f")] + ([f(r["cold"], ".2f"), f(r["cold_jax"], ".2f")] if pol else [])
+        vals += [per_backend(r["peak_mb"], ".0f"), f(r["norm_err"], ".1e")]
+        vals += [per_backend(r["nutpie_s"], ".1f")] if nutpie else []
         vals.append("; ".join(r["flags"]) or "ok")
         lines.append(vals)
     widths = [max(len(h), *(len(v[i]) for v in lines)) if lines else len(h) for i, h in enumerate(head)]
@@ -305,8 +300,30 @@ def accepted_models(args) -> dict:
     return models
 
 
+def report_main(argv) -> int:
+    p = argparse.ArgumentParser(prog="python -m ptnumba_codegen.tools.generated_bench report",
+                                description="Print the table and summaries of a --json file again "
+                                "(the models it has so far, for an interrupted run).")
+    p.add_argument("json_file")
+    a = p.parse_args(argv)
+    with open(a.json_file) as fh:
+        data = json.load(fh)
+    res = cb.results_from_json(data)
+    models = {d["model"]: gm.from_source(d) for d in data["generated"]}
+    done = {m for (_, m, _) in res.cells}
+    res.models = [m for m in res.models if m in done]
+    nutpie = any(c.nutpie for c in res.cells.values())
+    for form in res.forms:
+        print(model_table(res, form, models, nutpie=nutpie))
+        print("\n".join([*cb.summary(res, form, nutpie=nutpie), *generated_summary(res, form)]))
+    print(f"# seed {data['meta']['seed']}: {data['meta']['reproduce']}")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)

@@ -126,31 +126,38 @@ def logp_dlogp_fn(model, ip, *, mode="NUMBA", with_grad: bool = True):
 
 def check_mode():
     """The mode `check` compiles with: Python's ``perform`` of every op, the cheapest to
-    compile (`check` also turns the C compiler off, for Scan's inner functions)."""
+    compile (`initial_logp` also turns the C compiler off, for Scan's inner functions)."""
     from pytensor.compile.mode import Mode
 
     return Mode(linker="py", optimizer="fast_compile")
 
 
-def check(gm: GeneratedModel) -> str | None:
-    """Why ``gm`` is rejected (it fails to build or compile, or its logp or gradient is
-    not finite at its initial point); None when it is accepted."""
+def initial_logp(gm: GeneratedModel) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(logp, dlogp, raveled initial point)`` of ``gm`` at its initial point, by the
+    recipe compiled in `check_mode` without a C compiler (no compiler, no numba)."""
     import warnings
 
     import pytensor
 
+    with warnings.catch_warnings(), pytensor.config.change_flags(cxx=""):
+        warnings.simplefilter("ignore")
+        model, ip = gm.build()
+        if not model.free_RVs:
+            raise ValueError("no free variables")
+        fn, x = logp_dlogp_fn(model, ip, mode=check_mode())
+        logp, dlogp = fn(x)
+    return float(logp), np.asarray(dlogp), np.asarray(x)
+
+
+def check(gm: GeneratedModel) -> str | None:
+    """Why ``gm`` is rejected (it fails to build or compile, or its logp or gradient is
+    not finite at its initial point); None when it is accepted."""
     try:
-        with warnings.catch_warnings(), pytensor.config.change_flags(cxx=""):
-            warnings.simplefilter("ignore")
-            model, ip = gm.build()
-            if not model.free_RVs:
-                return "no free variables"
-            fn, x = logp_dlogp_fn(model, ip, mode=check_mode())
-            logp, dlogp = fn(x)
+        logp, dlogp, _ = initial_logp(gm)
     except Exception as err:  # a draw that does not build is redrawn, whatever the reason
         return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
     if not np.isfinite(logp):
-        return f"logp {float(logp)} at the initial point"
+        return f"logp {logp} at the initial point"
     if not np.all(np.isfinite(dlogp)):
         return "non-finite gradient at the initial point"
     return None
