@@ -820,6 +820,48 @@ def _csv(text: str | None) -> list[str]:
     return [s.strip() for s in (text or "").split(",") if s.strip()]
 
 
+def add_runner_options(p: argparse.ArgumentParser, default_backends) -> None:
+    """The options of `run` (forms, backends, rounds, timing, processes, output), shared by
+    the benches that run on it; `check_runner_options` checks them."""
+    p.add_argument("--forms", default="original", help="comma-separated of: " + ",".join(FORMS) + " (default original)")
+    p.add_argument("--backends", default=None, help="comma-separated (default: " + ",".join(default_backends)
+                   + "; jax only if importable); also: " + ",".join(b for b in ALL_BACKENDS if b not in default_backends))
+    p.add_argument("--rounds", type=int, default=3, help="timing rounds, backend order rotated (default 3)")
+    p.add_argument("--time-budget", type=float, default=1.0, help="seconds of per-call timing per warm worker (default 1.0)")
+    p.add_argument("--samples", type=int, default=15, help="timing samples per worker (default 15)")
+    p.add_argument("--cores", type=int, default=NUTPIE_CHAINS, help="nutpie's cores (default 2)")
+    p.add_argument("--status-only", action="store_true", help="one cold process per cell: build, compile, one call (no timing)")
+    p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the C reference (no agreement)")
+    p.add_argument("--nice", type=int, default=0, help="run workers at niceness N (default 0: this process's own)")
+    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
+                   help="OPENBLAS_NUM_THREADS=N in every worker (default: unset, OpenBLAS's own count)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a worker is killed (default 1800)")
+    p.add_argument("--workdir", default=None, help="where workers keep caches and outputs (default: a new temp dir)")
+    p.add_argument("--json", metavar="FILE", default=None, help="write every record, cell and summary as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
+
+
+def check_runner_options(p: argparse.ArgumentParser, args, default_backends) -> None:
+    """Check `add_runner_options`'s options (``p.error`` naming what is allowed) and turn
+    ``forms`` and ``backends`` into lists (``jax`` left out when it is not importable)."""
+    if args.blas_threads is not None and args.blas_threads < 1:
+        p.error("--blas-threads must be >= 1")
+    if args.rounds < 1 or args.samples < 1 or args.time_budget <= 0:
+        p.error("--rounds and --samples must be >= 1 and --time-budget > 0")
+    args.forms = _csv(args.forms)
+    bad = [f for f in args.forms if f not in FORMS]
+    if bad or not args.forms:
+        p.error(f"--forms: unknown form(s) {bad or [args.forms]}; allowed: {', '.join(FORMS)}")
+    args.backends = _csv(args.backends) or list(default_backends)
+    bad = [b for b in args.backends if b not in ALL_BACKENDS]
+    if bad:
+        p.error(f"--backends: unknown backend(s) {bad}; allowed: {', '.join(ALL_BACKENDS)}")
+    if "jax" in args.backends and not wl.jax_available():
+        log.warning("jax is not importable: no jax column")
+        args.backends.remove("jax")
+    args.timed_backends = set(args.backends)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m ptnumba_codegen bench --group catalogue",
@@ -830,46 +872,16 @@ def parse_args(argv):
     p.add_argument("--group", choices=["catalogue"], default="catalogue", help=argparse.SUPPRESS)
     p.add_argument("--catalogue", required=True, metavar="PATH", help="a checkout of pymc-model-catalogue")
     p.add_argument("--models", default="core", help="core (BENCHMARK_CORE.md, default), all, or comma-separated names")
-    p.add_argument("--forms", default="original", help="comma-separated of: " + ",".join(FORMS) + " (default original)")
-    p.add_argument("--backends", default=None, help="comma-separated (default: " + ",".join(BACKENDS)
-                   + "; jax only if importable); also: " + ",".join(EXTRA_BACKENDS))
-    p.add_argument("--rounds", type=int, default=3, help="timing rounds, backend order rotated (default 3)")
-    p.add_argument("--time-budget", type=float, default=1.0, help="seconds of per-call timing per warm worker (default 1.0)")
-    p.add_argument("--samples", type=int, default=15, help="timing samples per worker (default 15)")
     p.add_argument("--nutpie", action="store_true", help="add time to posterior through nutpie (1000 tune + 1000 draws, 2 chains)")
-    p.add_argument("--cores", type=int, default=NUTPIE_CHAINS, help="nutpie's cores (default 2)")
-    p.add_argument("--status-only", action="store_true", help="one cold process per cell: build, compile, one call (no timing)")
-    p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the C reference (no agreement)")
     p.add_argument("--seed", type=int, default=20240611, help="nutpie's seed")
-    p.add_argument("--nice", type=int, default=0, help="run workers at niceness N (default 0: this process's own)")
-    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
-                   help="OPENBLAS_NUM_THREADS=N in every worker (default: unset, OpenBLAS's own count)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a worker is killed (default 1800)")
-    p.add_argument("--workdir", default=None, help="where workers keep caches and outputs (default: a new temp dir)")
-    p.add_argument("--json", metavar="FILE", default=None, help="write every record, cell and summary as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
+    add_runner_options(p, BACKENDS)
     args = p.parse_args(argv)
-    if args.blas_threads is not None and args.blas_threads < 1:
-        p.error("--blas-threads must be >= 1")
-    if args.rounds < 1 or args.samples < 1 or args.time_budget <= 0:
-        p.error("--rounds and --samples must be >= 1 and --time-budget > 0")
+    check_runner_options(p, args, BACKENDS)
     try:
         args.catalogue = check_catalogue(args.catalogue)
         args.models = select_models(args.catalogue, args.models)
     except ValueError as err:
         p.error(str(err))
-    args.forms = _csv(args.forms)
-    bad = [f for f in args.forms if f not in FORMS]
-    if bad or not args.forms:
-        p.error(f"--forms: unknown form(s) {bad or [args.forms]}; allowed: {', '.join(FORMS)}")
-    args.backends = _csv(args.backends) or list(BACKENDS)
-    bad = [b for b in args.backends if b not in ALL_BACKENDS]
-    if bad:
-        p.error(f"--backends: unknown backend(s) {bad}; allowed: {', '.join(ALL_BACKENDS)}")
-    if "jax" in args.backends and not wl.jax_available():
-        log.warning("jax is not importable: no jax column")
-        args.backends.remove("jax")
-    args.timed_backends = set(args.backends)
     return args
 
 
@@ -885,9 +897,10 @@ def results_from_json(data: dict) -> Results:
     return res
 
 
-def report_main(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m ptnumba_codegen.tools.catalogue_bench report",
-                                description="Print the tables and summaries of a --json file again "
+def read_report(argv, prog: str) -> tuple[dict, Results, bool]:
+    """The ``report`` command's file (its one argument, a ``--json`` file): its data, its
+    `Results` over the models that have run, and whether it has nutpie runs."""
+    p = argparse.ArgumentParser(prog=prog, description="Print the tables and summaries of a --json file again "
                                 "(the models it has so far, for an interrupted run).")
     p.add_argument("json_file")
     a = p.parse_args(argv)
@@ -896,7 +909,11 @@ def report_main(argv) -> int:
     res = results_from_json(data)
     done = {m for (_, m, _) in res.cells} | {m for (_, m) in res.reference}
     res.models = [m for m in res.models if m in done]
-    nutpie = any(c.nutpie for c in res.cells.values())
+    return data, res, any(c.nutpie for c in res.cells.values())
+
+
+def report_main(argv) -> int:
+    _, res, nutpie = read_report(argv, "python -m ptnumba_codegen.tools.catalogue_bench report")
     for form in res.forms:
         print(table(res, form, nutpie=nutpie))
         print("\n".join(summary(res, form, nutpie=nutpie)) + "\n")

@@ -31,7 +31,6 @@ import time
 
 from ptnumba_codegen.tools import catalogue_bench as cb
 from ptnumba_codegen.tools import generated_models as gm
-from ptnumba_codegen.tools import workloads as wl
 
 log = logging.getLogger("ptnumba_codegen.tools.generated_bench")
 
@@ -42,7 +41,6 @@ SLOWER_THAN = 1.10
 DEFAULT_COUNT = 10
 #: How many of the worst models the summary names.
 WORST = 5
-FORM = "original"
 
 
 def source_model(spec: dict, recipe=None) -> cb.SourceModel:
@@ -220,10 +218,6 @@ def to_json(res: cb.Results, args, models: dict) -> dict:
 # --- CLI --------------------------------------------------------------------------------
 
 
-def _csv(text):
-    return [s.strip() for s in (text or "").split(",") if s.strip()]
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m ptnumba_codegen bench --group generated",
@@ -233,56 +227,27 @@ def parse_args(argv):
         "through nutpie. A performance fuzzer: the table points at the models the policy loses on.",
     )
     p.add_argument("--group", choices=["generated"], default="generated", help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=None, help="the generator's seed (default: from the clock; always printed)")
+    p.add_argument("--seed", type=int, default=None, help="the generator's seed, also nutpie's (default: from the clock; always printed)")
     p.add_argument("--models", type=int, default=DEFAULT_COUNT, dest="count", help=f"how many models (default {DEFAULT_COUNT})")
     p.add_argument("--only", default=None, help="comma-separated model names of this seed to run (e.g. g03,g07)")
     p.add_argument("--list", action="store_true", help="print the models (pieces, sizes, redraws) and exit")
-    p.add_argument("--forms", default=FORM, help="comma-separated of: " + ",".join(cb.FORMS) + f" (default {FORM})")
-    p.add_argument("--backends", default=None, help="comma-separated (default: " + ",".join(BACKENDS)
-                   + "; jax only if importable); also: " + ",".join(b for b in cb.ALL_BACKENDS if b not in BACKENDS))
-    p.add_argument("--rounds", type=int, default=3, help="timing rounds, backend order rotated (default 3)")
-    p.add_argument("--time-budget", type=float, default=1.0, help="seconds of per-call timing per warm worker (default 1.0)")
-    p.add_argument("--samples", type=int, default=15, help="timing samples per worker (default 15)")
     p.add_argument("--nutpie-sample", type=int, default=0, metavar="K",
                    help="time to posterior through nutpie for K models, evenly spread (default 0)")
-    p.add_argument("--cores", type=int, default=cb.NUTPIE_CHAINS, help="nutpie's cores (default 2)")
-    p.add_argument("--status-only", action="store_true", help="one cold process per cell: build, compile, one call (no timing)")
-    p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the C reference (no agreement)")
     p.add_argument("--details", action="store_true", help="also print the catalogue bench's table (one row per model and backend)")
-    p.add_argument("--nice", type=int, default=0, help="run workers at niceness N (default 0)")
-    p.add_argument("--blas-threads", type=int, default=None, metavar="N", help="OPENBLAS_NUM_THREADS=N in every worker")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a worker is killed (default 1800)")
-    p.add_argument("--workdir", default=None, help="where workers keep caches and outputs (default: a new temp dir)")
-    p.add_argument("--json", metavar="FILE", default=None, help="write every record, row and summary as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
+    cb.add_runner_options(p, BACKENDS)
     args = p.parse_args(argv)
+    cb.check_runner_options(p, args, BACKENDS)
     if args.count < 1:
         p.error("--models must be >= 1")
-    if args.rounds < 1 or args.samples < 1 or args.time_budget <= 0:
-        p.error("--rounds and --samples must be >= 1 and --time-budget > 0")
-    if args.blas_threads is not None and args.blas_threads < 1:
-        p.error("--blas-threads must be >= 1")
     args.seed = fresh_seed() if args.seed is None else args.seed
     if args.seed < 0:
         p.error("--seed must be >= 0")
-    names = [f"g{i:02d}" for i in range(args.count)]
-    args.only = _csv(args.only)
+    names = [gm.model_name(i) for i in range(args.count)]
+    args.only = cb._csv(args.only)
     bad = [n for n in args.only if n not in names]
     if bad:
         p.error(f"--only: unknown model(s) {bad}; allowed: {names[0]}..{names[-1]}")
     args.indices = [names.index(n) for n in args.only] if args.only else list(range(args.count))
-    args.forms = _csv(args.forms)
-    bad = [f for f in args.forms if f not in cb.FORMS]
-    if bad or not args.forms:
-        p.error(f"--forms: unknown form(s) {bad or [args.forms]}; allowed: {', '.join(cb.FORMS)}")
-    args.backends = _csv(args.backends) or list(BACKENDS)
-    bad = [b for b in args.backends if b not in cb.ALL_BACKENDS]
-    if bad:
-        p.error(f"--backends: unknown backend(s) {bad}; allowed: {', '.join(cb.ALL_BACKENDS)}")
-    if "jax" in args.backends and not wl.jax_available():
-        log.warning("jax is not importable: no jax column")
-        args.backends.remove("jax")
-    args.timed_backends = set(args.backends)
     args.catalogue = None
     return args
 
@@ -301,18 +266,8 @@ def accepted_models(args) -> dict:
 
 
 def report_main(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m ptnumba_codegen.tools.generated_bench report",
-                                description="Print the table and summaries of a --json file again "
-                                "(the models it has so far, for an interrupted run).")
-    p.add_argument("json_file")
-    a = p.parse_args(argv)
-    with open(a.json_file) as fh:
-        data = json.load(fh)
-    res = cb.results_from_json(data)
+    data, res, nutpie = cb.read_report(argv, "python -m ptnumba_codegen.tools.generated_bench report")
     models = {d["model"]: gm.from_source(d) for d in data["generated"]}
-    done = {m for (_, m, _) in res.cells}
-    res.models = [m for m in res.models if m in done]
-    nutpie = any(c.nutpie for c in res.cells.values())
     for form in res.forms:
         print(model_table(res, form, models, nutpie=nutpie))
         print("\n".join([*cb.summary(res, form, nutpie=nutpie), *generated_summary(res, form)]))

@@ -47,7 +47,7 @@ class GeneratedModel:
 
     @property
     def name(self) -> str:
-        return f"g{self.index:02d}"
+        return model_name(self.index)
 
     @property
     def piece_names(self) -> list[str]:
@@ -76,6 +76,10 @@ class GeneratedModel:
             for j, (piece, params) in enumerate(self.pieces):
                 gp.PIECES[piece].build(params, self.data_rng(j), f"{piece}{j}")
         return model, model.initial_point()
+
+
+def model_name(index: int) -> str:
+    return f"g{index:02d}"
 
 
 def _short(value) -> str:
