@@ -160,8 +160,74 @@ def build_gather2(params, rng, name):
 # --- set_subtensor / inc_subtensor assembly ---------------------------------------------
 
 
+def _reference_category(params, rng, name):
+    """A multinomial logit, category 0 the reference: its coefficients set to 0."""
+    pm, pt = _pm(), _pt()
+    n, k, p = params["n"], params["categories"], params["p"]
+    X = rng.normal(size=(n, p))
+    B = np.concatenate([np.zeros((p, 1)), rng.normal(0.0, 0.7, (p, k - 1))], axis=1)
+    logits = X @ B
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    cum = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
+    y = np.minimum((rng.uniform(size=(n, 1)) > cum).sum(axis=1), k - 1)
+    a = pt.set_subtensor(pt.zeros(k)[1:], pm.Normal(f"{name}_a", 0.0, 2.0, shape=k - 1))
+    B_free = pm.Normal(f"{name}_B", 0.0, 1.0, shape=(p, k - 1))
+    Bt = pt.set_subtensor(pt.zeros((p, k))[:, 1:], B_free)
+    pm.Categorical(f"{name}_y", logit_p=a + pt.dot(X, Bt), observed=y)
+
+
+def _cholesky(params, rng, name):
+    """A Cholesky factor assembled from its strict lower triangle and its log diagonal."""
+    pm, pt = _pm(), _pt()
+    n, d = params["n"], params["dim"]
+    rows, cols = np.tril_indices(d, -1)
+    L_true = np.tril(rng.normal(0.0, 0.4, (d, d)), -1) + np.diag(np.exp(rng.normal(0.0, 0.3, d)))
+    y = rng.normal(size=(n, d)) @ L_true.T + rng.normal(0.0, 1.0, d)
+    L = pt.set_subtensor(pt.zeros((d, d))[rows, cols], pm.Normal(f"{name}_offdiag", 0.0, 1.0, shape=len(rows)))
+    L = pt.inc_subtensor(L[np.arange(d), np.arange(d)], pt.exp(pm.Normal(f"{name}_logdiag", 0.0, 1.0, shape=d)))
+    pm.MvNormal(f"{name}_y", mu=pm.Normal(f"{name}_mu", 0.0, 2.0, shape=d), chol=L, observed=y)
+
+
+def _impute(params, rng, name):
+    """A covariate with missing entries: ``set_subtensor`` puts free variables in the gaps."""
+    pm, pt = _pm(), _pt()
+    n, p, link = params["n"], params["p"], params["link"]
+    X = rng.normal(size=(n, p))
+    y, const = gf.simulate(rng, params["family"], link, gf.TRUE_INTERCEPT[link] + X @ rng.normal(0.0, 0.3, p))
+    missing = np.flatnonzero(rng.uniform(size=n) < params["missing"])
+    missing = missing if missing.size else np.array([0])
+    X_obs = X.copy()
+    X_obs[missing, 0] = 0.0
+    x_missing = pm.Normal(f"{name}_x_missing", 0.0, 1.0, shape=missing.size)
+    X_full = pt.set_subtensor(pt.as_tensor_variable(X_obs)[missing, 0], x_missing)
+    x_mu, x_sd = pm.Normal(f"{name}_x_mu", 0.0, 1.0), pm.HalfNormal(f"{name}_x_sd", 1.0)
+    pm.Potential(f"{name}_x_model", pm.logp(pm.Normal.dist(x_mu, x_sd), X_full[:, 0]).sum())
+    eta = pm.Normal(f"{name}_a", 0.0, 2.0) + pt.dot(X_full, pm.Normal(f"{name}_beta", 0.0, 1.0, shape=p))
+    gf.observe(f"{name}_y", params["family"], gf.LINKS[link].tensor(eta), y, const)
+
+
+def _scatter_add(params, rng, name):
+    """Group totals scattered from rows by ``inc_subtensor`` (repeated indices)."""
+    pm, pt = _pm(), _pt()
+    n, g, link = params["n"], params["groups"], params["link"]
+    idx = rng.integers(0, g, n)
+    x = rng.normal(size=n)
+    rate = gf.LINKS[link].numpy(rng.normal(0.0, 0.2) + 0.3 * x) / max(1.0, n / g)
+    totals = np.zeros(g)
+    np.add.at(totals, idx, rate)
+    y, const = gf.FAMILIES[params["family"]].simulate(rng, totals + 1e-3)
+    a, b = pm.Normal(f"{name}_a", 0.0, 1.0), pm.Normal(f"{name}_b", 0.0, 1.0)
+    per_row = gf.LINKS[link].tensor(a + b * x) / max(1.0, n / g)
+    total = pt.inc_subtensor(pt.zeros(g)[idx], per_row) + 1e-3
+    gf.observe(f"{name}_y", params["family"], total, y, const)
+
+
+ASSEMBLY_VARIANTS = {"reference_category": _reference_category, "cholesky": _cholesky, "impute": _impute,
+                     "scatter_add": _scatter_add}
+
+
 def draw_assembly(rng, scale):
-    variant = pick(rng, ("reference_category", "cholesky", "impute", "scatter_add"))
+    variant = pick(rng, tuple(ASSEMBLY_VARIANTS))
     out = {"variant": variant, "n": size(rng, "rows", scale)}
     if variant == "reference_category":
         out.update(categories=int(rng.integers(3, 9)), p=int(rng.integers(1, 6)))
@@ -175,72 +241,10 @@ def draw_assembly(rng, scale):
 
 
 def build_assembly(params, rng, name):
-    pm, pt = _pm(), _pt()
-    n, variant = params["n"], params["variant"]
-    if variant == "reference_category":
-        # multinomial logit, category 0 the reference: its coefficients are set to 0
-        k, p = params["categories"], params["p"]
-        X = rng.normal(size=(n, p))
-        B = np.concatenate([np.zeros((p, 1)), rng.normal(0.0, 0.7, (p, k - 1))], axis=1)
-        logits = X @ B
-        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-        cum = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
-        y = np.minimum((rng.uniform(size=(n, 1)) > cum).sum(axis=1), k - 1)
-        a = pt.set_subtensor(pt.zeros(k)[1:], pm.Normal(f"{name}_a", 0.0, 2.0, shape=k - 1))
-        B_free = pm.Normal(f"{name}_B", 0.0, 1.0, shape=(p, k - 1))
-        Bt = pt.set_subtensor(pt.zeros((p, k))[:, 1:], B_free)
-        pm.Categorical(f"{name}_y", logit_p=a + pt.dot(X, Bt), observed=y)
-    elif variant == "cholesky":
-        # a Cholesky factor assembled from its strict lower triangle and its log diagonal
-        d = params["dim"]
-        rows, cols = np.tril_indices(d, -1)
-        L_true = np.tril(rng.normal(0.0, 0.4, (d, d)), -1) + np.diag(np.exp(rng.normal(0.0, 0.3, d)))
-        y = rng.normal(size=(n, d)) @ L_true.T + rng.normal(0.0, 1.0, d)
-        L = pt.set_subtensor(pt.zeros((d, d))[rows, cols], pm.Normal(f"{name}_offdiag", 0.0, 1.0, shape=len(rows)))
-        L = pt.inc_subtensor(L[np.arange(d), np.arange(d)], pt.exp(pm.Normal(f"{name}_logdiag", 0.0, 1.0, shape=d)))
-        pm.MvNormal(f"{name}_y", mu=pm.Normal(f"{name}_mu", 0.0, 2.0, shape=d), chol=L, observed=y)
-    elif variant == "impute":
-        # a covariate with missing entries: set_subtensor puts free variables in the gaps
-        p, link = params["p"], params["link"]
-        X = rng.normal(size=(n, p))
-        y, const = gf.simulate(rng, params["family"], link,
-                               gf.TRUE_INTERCEPT[link] + X @ rng.normal(0.0, 0.3, p))
-        missing = np.flatnonzero(rng.uniform(size=n) < params["missing"])
-        missing = missing if missing.size else np.array([0])
-        X_obs = X.copy()
-        X_obs[missing, 0] = 0.0
-        x_missing = pm.Normal(f"{name}_x_missing", 0.0, 1.0, shape=missing.size)
-        X_full = pt.set_subtensor(pt.as_tensor_variable(X_obs)[missing, 0], x_missing)
-        x_mu, x_sd = pm.Normal(f"{name}_x_mu", 0.0, 1.0), pm.HalfNormal(f"{name}_x_sd", 1.0)
-        pm.Potential(f"{name}_x_model", pm.logp(pm.Normal.dist(x_mu, x_sd), X_full[:, 0]).sum())
-        eta = pm.Normal(f"{name}_a", 0.0, 2.0) + pt.dot(X_full, pm.Normal(f"{name}_beta", 0.0, 1.0, shape=p))
-        gf.observe(f"{name}_y", params["family"], gf.LINKS[link].tensor(eta), y, const)
-    else:
-        # group totals scattered from rows with inc_subtensor (repeated indices)
-        g, link = params["groups"], params["link"]
-        idx = rng.integers(0, g, n)
-        x = rng.normal(size=n)
-        rate = gf.LINKS[link].numpy(rng.normal(0.0, 0.2) + 0.3 * x) / max(1.0, n / g)
-        totals = np.zeros(g)
-        np.add.at(totals, idx, rate)
-        y, const = gf.FAMILIES[params["family"]].simulate(rng, totals + 1e-3)
-        a, b = pm.Normal(f"{name}_a", 0.0, 1.0), pm.Normal(f"{name}_b", 0.0, 1.0)
-        per_row = gf.LINKS[link].tensor(a + b * x) / max(1.0, n / g)
-        total = pt.inc_subtensor(pt.zeros(g)[idx], per_row) + 1e-3
-        gf.observe(f"{name}_y", params["family"], total, y, const)
+    ASSEMBLY_VARIANTS[params["variant"]](params, rng, name)
 
 
 # --- mixtures and logsumexp -------------------------------------------------------------
-
-
-def draw_mixture(rng, scale):
-    variant = pick(rng, ("normal_mixture", "mixture", "logsumexp", "zero_inflated"))
-    out = {"variant": variant, "n": size(rng, "rows", scale), "components": int(rng.integers(2, 6))}
-    if variant in ("mixture", "logsumexp"):
-        out["family"] = pick(rng, gf.families_of(mixable=True))
-    elif variant == "zero_inflated":
-        out.update(family=pick(rng, ("poisson", "negbinomial")), p=int(rng.integers(0, 4)), components=2)
-    return out
 
 
 def _component_means(rng, family: str, k: int) -> np.ndarray:
@@ -268,36 +272,64 @@ def _simulate_mixture(rng, family: str, n: int, k: int):
     return gf.FAMILIES[family].simulate(rng, _component_means(rng, family, k)[z])
 
 
-def build_mixture(params, rng, name):
+def _mixture_likelihood(name: str, how: str, w, comps, y) -> None:
+    """``y`` under the mixture of ``comps`` (a batch of components) with weights ``w``: by
+    ``pm.Mixture``, or by hand, ``logsumexp(log(w) + logp(comps, y[:, None]), axis=1)``."""
     pm, pt = _pm(), _pt()
-    n, k, variant = params["n"], params["components"], params["variant"]
-    if variant == "zero_inflated":
-        p = params["p"]
-        X = rng.normal(size=(n, p))
-        mean = np.exp(1.0 + X @ rng.normal(0.0, 0.3, p))
-        y, _ = gf.FAMILIES[params["family"]].simulate(rng, mean)
-        y = np.where(rng.uniform(size=n) < 0.3, 0, y)
-        eta = pm.Normal(f"{name}_a", 0.0, 2.0) + (pt.dot(X, pm.Normal(f"{name}_beta", 0.0, 1.0, shape=p)) if p else 0.0)
-        psi = pm.Beta(f"{name}_psi", 2.0, 2.0)
-        if params["family"] == "poisson":
-            pm.ZeroInflatedPoisson(f"{name}_y", psi=psi, mu=pt.exp(eta), observed=y)
-        else:
-            pm.ZeroInflatedNegativeBinomial(f"{name}_y", psi=psi, mu=pt.exp(eta),
-                                            alpha=pm.Gamma(f"{name}_alpha", 2.0, 0.5), observed=y)
-        return
-    family = params.get("family", "normal")
-    y, const = _simulate_mixture(rng, family, n, k)
-    w = pm.Dirichlet(f"{name}_w", a=np.ones(k))
-    if variant == "normal_mixture":
-        pm.NormalMixture(f"{name}_y", w=w, mu=_component_prior(name, "normal", k),
-                         sigma=pm.HalfNormal(f"{name}_sigma", 2.0, shape=k), observed=y)
-        return
-    comps = gf.family_dist(f"{name}_comp", family, _component_prior(name, family, k), const)
-    if variant == "mixture":
+    if how == "mixture":
         pm.Mixture(f"{name}_y", w=w, comp_dists=comps, observed=y)
     else:
         logp = pm.logp(comps, pt.as_tensor_variable(y)[:, None])
         pm.Potential(f"{name}_y", pm.math.logsumexp(pt.log(w) + logp, axis=1).sum())
+
+
+def _normal_mixture(params, rng, name):
+    pm = _pm()
+    k = params["components"]
+    y, _ = _simulate_mixture(rng, "normal", params["n"], k)
+    pm.NormalMixture(f"{name}_y", w=pm.Dirichlet(f"{name}_w", a=np.ones(k)), mu=_component_prior(name, "normal", k),
+                     sigma=pm.HalfNormal(f"{name}_sigma", 2.0, shape=k), observed=y)
+
+
+def _family_mixture(params, rng, name):
+    pm, family, k = _pm(), params["family"], params["components"]
+    y, const = _simulate_mixture(rng, family, params["n"], k)
+    w = pm.Dirichlet(f"{name}_w", a=np.ones(k))
+    comps = gf.family_dist(f"{name}_comp", family, _component_prior(name, family, k), const)
+    _mixture_likelihood(name, params["variant"], w, comps, y)
+
+
+def _zero_inflated(params, rng, name):
+    pm, pt = _pm(), _pt()
+    n, p = params["n"], params["p"]
+    X = rng.normal(size=(n, p))
+    y, _ = gf.FAMILIES[params["family"]].simulate(rng, np.exp(1.0 + X @ rng.normal(0.0, 0.3, p)))
+    y = np.where(rng.uniform(size=n) < 0.3, 0, y)
+    eta = pm.Normal(f"{name}_a", 0.0, 2.0) + (pt.dot(X, pm.Normal(f"{name}_beta", 0.0, 1.0, shape=p)) if p else 0.0)
+    psi = pm.Beta(f"{name}_psi", 2.0, 2.0)
+    if params["family"] == "poisson":
+        pm.ZeroInflatedPoisson(f"{name}_y", psi=psi, mu=pt.exp(eta), observed=y)
+    else:
+        pm.ZeroInflatedNegativeBinomial(f"{name}_y", psi=psi, mu=pt.exp(eta),
+                                        alpha=pm.Gamma(f"{name}_alpha", 2.0, 0.5), observed=y)
+
+
+MIXTURE_VARIANTS = {"normal_mixture": _normal_mixture, "mixture": _family_mixture, "logsumexp": _family_mixture,
+                    "zero_inflated": _zero_inflated}
+
+
+def draw_mixture(rng, scale):
+    variant = pick(rng, tuple(MIXTURE_VARIANTS))
+    out = {"variant": variant, "n": size(rng, "rows", scale), "components": int(rng.integers(2, 6))}
+    if variant in ("mixture", "logsumexp"):
+        out["family"] = pick(rng, gf.families_of(mixable=True))
+    elif variant == "zero_inflated":
+        out.update(family=pick(rng, ("poisson", "negbinomial")), p=int(rng.integers(0, 4)), components=2)
+    return out
+
+
+def build_mixture(params, rng, name):
+    MIXTURE_VARIANTS[params["variant"]](params, rng, name)
 
 
 # --- simplexes: stick-breaking, ILR + softmax -------------------------------------------
@@ -319,11 +351,7 @@ def build_stick_breaking(params, rng, name):
     v = pm.Beta(f"{name}_v", 1.0, pm.Gamma(f"{name}_concentration", 1.0, 1.0), shape=k - 1)
     w = pt.concatenate([v, pt.ones(1)]) * pt.concatenate([pt.ones(1), pt.cumprod(1.0 - v)])
     comps = gf.family_dist(f"{name}_comp", family, _component_prior(name, family, k), const)
-    if params["likelihood"] == "mixture":
-        pm.Mixture(f"{name}_y", w=w, comp_dists=comps, observed=y)
-    else:
-        logp = pm.logp(comps, pt.as_tensor_variable(y)[:, None])
-        pm.Potential(f"{name}_y", pm.math.logsumexp(pt.log(w) + logp, axis=1).sum())
+    _mixture_likelihood(name, params["likelihood"], w, comps, y)
 
 
 def draw_ilr_softmax(rng, scale):
