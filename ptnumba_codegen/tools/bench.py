@@ -35,7 +35,7 @@ import numpy as np
 
 import ptnumba_codegen
 from ptnumba_codegen import GENERATOR_VERSION
-from ptnumba_codegen.tools import catalogue_bench, modelbench
+from ptnumba_codegen.tools import catalogue_bench, generated_bench, modelbench
 from ptnumba_codegen.tools import workloads as wl
 
 log = logging.getLogger("ptnumba_codegen.tools.bench")
@@ -482,7 +482,7 @@ def parse_args(argv):
         "ptnumba_codegen policies and JAX (if installed), side by side in one process.",
     )
     p.add_argument("--n", type=float, default=1_000_000, help="elements per input (matrix workloads: n/1000 rows x 1000); default 1e6")
-    p.add_argument("--group", default="all", choices=[*wl.GROUPS, "all", "pymc", "catalogue"], help="workload group (default all); pymc: the PyMC model benchmark, one process per backend, with its own options (see `bench --group pymc --help`); catalogue: PyMC's model catalogue (`bench --group catalogue --catalogue PATH --help`)")
+    p.add_argument("--group", default="all", choices=[*wl.GROUPS, "all", "pymc", "catalogue", "generated"], help="workload group (default all); pymc: the PyMC model benchmark, one process per backend, with its own options (see `bench --group pymc --help`); catalogue: PyMC's model catalogue (`bench --group catalogue --catalogue PATH --help`); generated: seeded random PyMC models (`bench --group generated --help`)")
     p.add_argument("--workloads", default=None, help="comma-separated workload keys or labels: " + ",".join(wl.WORKLOADS))
     p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: " + ",".join(b for b in wl.EXTRA_BACKENDS if b != "jax") + ", policy_FILE.toml (a policy file)")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if importable")
@@ -524,6 +524,8 @@ def main(argv=None) -> int:
         return modelbench.main(argv)
     if _group_of(argv) == "catalogue":  # PyMC's model catalogue, also its own runner
         return catalogue_bench.main(argv)
+    if _group_of(argv) == "generated":  # seeded random PyMC models, on the catalogue's runner
+        return generated_bench.main(argv)
     args = parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,

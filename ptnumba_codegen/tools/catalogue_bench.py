@@ -60,6 +60,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,11 +182,64 @@ def build(root, entry: CatalogueModel, form: str):
         sys.path.insert(0, str(root))
     module = _load_file(_unique(entry.path.stem, entry.path), entry.path)
     model, ip = module.build_model()
+    return in_form(model, form), ip
+
+
+def in_form(model, form: str):
+    """``model`` as written (``original``) or ``freeze_dims_and_data(model)`` (``frozen``)."""
     if form == "frozen":
         from pymc.model.transform.optimization import freeze_dims_and_data
 
-        model = freeze_dims_and_data(model)
-    return model, ip
+        return freeze_dims_and_data(model)
+    return model
+
+
+# --- model sources ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    """One model as a worker sees it, whatever its source: ``build(form) -> (model,
+    initial point)`` and the recipe compiling it, ``recipe(model, ip, *, mode, with_grad)
+    -> (function, raveled point)``."""
+
+    name: str
+    discrete: bool
+    build: Callable
+    recipe: Callable
+
+
+def catalogue_model(root, entry: CatalogueModel, recipe=None) -> SourceModel:
+    """``entry`` of the checkout ``root``, compiled by ``recipe`` (default: the catalogue's)."""
+    return SourceModel(entry.name, entry.discrete, lambda form: build(root, entry, form),
+                       recipe or load_recipe(root))
+
+
+def catalogue_source(spec: dict, recipe=None) -> SourceModel:
+    """The catalogue model ``spec["model"]`` of the checkout ``spec["catalogue"]``."""
+    root = Path(spec["catalogue"])
+    return catalogue_model(root, discover(root)[spec["model"]], recipe)
+
+
+#: Where a worker's model comes from: ``spec["source"]`` -> ``module:function(spec, recipe)
+#: -> SourceModel`` (a spec without a source names a catalogue model).
+SOURCES = {
+    "catalogue": "ptnumba_codegen.tools.catalogue_bench:catalogue_source",
+    "generated": "ptnumba_codegen.tools.generated_bench:source_model",
+}
+
+
+def source_model(spec: dict, recipe=None) -> SourceModel:
+    module, _, function = SOURCES[spec.get("source", "catalogue")].partition(":")
+    return getattr(importlib.import_module(module), function)(spec, recipe)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (``ru_maxrss``), in MB."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes (bytes on macOS)
+    return peak / (1024.0 * 1024.0 if sys.platform == "darwin" else 1024.0)
 
 
 @contextlib.contextmanager
@@ -230,18 +284,23 @@ def compile_catalogue_model(root, entry: CatalogueModel, form: str, backend: str
                             cache_dir: str | None = None, recipe=None) -> CompiledModel:
     """Build ``entry`` in ``form`` and compile it with the catalogue's recipe under
     ``backend``, then call it once (numba compiles at the first call)."""
-    recipe = recipe or load_recipe(root)
+    return compile_source_model(catalogue_model(root, entry, recipe), form, backend, cache_dir)
+
+
+def compile_source_model(source: SourceModel, form: str, backend: str, cache_dir: str | None = None) -> CompiledModel:
+    """Build ``source`` in ``form`` and compile it with its recipe under ``backend``, then
+    call it once (numba compiles at the first call)."""
     t0 = time.perf_counter()
-    model, ip = build(root, entry, form)
+    model, ip = source.build(form)
     t1 = time.perf_counter()
     mode, ctx = mb.compile_mode(backend)
     with ctx, numba_cache(cache_dir):
-        fn, x = recipe(model, ip, mode=mode, with_grad=not entry.discrete)
+        fn, x = source.recipe(model, ip, mode=mode, with_grad=not source.discrete)
         call = wl.caller(fn, backend)
         t2 = time.perf_counter()
         call(x)
         t3 = time.perf_counter()
-    return CompiledModel(fn, call, np.asarray(x), entry.discrete, t1 - t0, t2 - t1, t3 - t2,
+    return CompiledModel(fn, call, np.asarray(x), source.discrete, t1 - t0, t2 - t1, t3 - t2,
                          mb.policy_nodes(fn, backend))
 
 
@@ -253,15 +312,15 @@ def call_outputs(c: CompiledModel) -> tuple[np.ndarray, np.ndarray]:
     return logp, dlogp
 
 
-def nutpie_run(root, entry: CatalogueModel, form: str, backend: str, seed: int, cores: int) -> dict:
+def nutpie_run(source: SourceModel, form: str, backend: str, seed: int, cores: int) -> dict:
     """Time to posterior through nutpie: compile, then 1000 tune + 1000 draws on 2 chains."""
-    if entry.discrete:
+    if source.discrete:
         return {"nutpie_status": "n/a: discrete free variables"}
     if backend in ("c", "stock_strict"):
         return {"nutpie_status": f"n/a: nutpie has no {backend} backend"}
     import nutpie
 
-    model, _ = build(root, entry, form)
+    model, _ = source.build(form)
     policy = wl.backend_policy(backend)
     switch = ptnumba_codegen.enabled(policy) if policy is not None else contextlib.nullcontext()
     t0 = time.perf_counter()
@@ -281,22 +340,23 @@ def nutpie_run(root, entry: CatalogueModel, form: str, backend: str, seed: int, 
 
 
 def worker(spec: dict, recipe=None) -> dict:
-    """One cell in this process; ``spec``: catalogue, model, form, backend, phase
+    """One cell in this process; ``spec``: the model's source (`SOURCES`: ``source`` and its
+    fields, for the catalogue ``catalogue``), model, form, backend, phase
     (``cold``/``warm``/``ref``/``nutpie``/``nutpie_warm``), cache_dir, seconds, samples, out (``.npz``
-    path for the outputs, or None), seed, cores. Returns the JSON-ready record."""
+    path for the outputs, or None), seed, cores. Returns the JSON-ready record, with the
+    process's peak memory (``maxrss_mb``)."""
     rec = {k: spec.get(k) for k in ("model", "form", "backend", "phase", "round")}
     rec["pid"] = os.getpid()
     rec["generator"] = GENERATOR_DIGEST  # the source this process runs (warm_s compares)
     try:
-        root = Path(spec["catalogue"])
-        entry = discover(root)[spec["model"]]
-        rec["discrete"] = entry.discrete
+        source = source_model(spec, recipe)
+        rec["discrete"] = source.discrete
         if spec["phase"] in NUTPIE_PHASES:
             with numba_cache(spec.get("cache_dir")):
-                rec.update(nutpie_run(root, entry, spec["form"], spec["backend"], spec.get("seed", 0),
+                rec.update(nutpie_run(source, spec["form"], spec["backend"], spec.get("seed", 0),
                                       spec.get("cores", NUTPIE_CHAINS)))
         else:
-            c = compile_catalogue_model(root, entry, spec["form"], spec["backend"], spec.get("cache_dir"), recipe)
+            c = compile_source_model(source, spec["form"], spec["backend"], spec.get("cache_dir"))
             logp, dlogp = call_outputs(c)
             rec.update(build_s=c.build_s, compile_s=c.compile_s + c.first_call_s,
                        rewrite_link_s=c.compile_s, first_call_s=c.first_call_s,
@@ -310,6 +370,7 @@ def worker(spec: dict, recipe=None) -> dict:
         rec.update(ok=True, status="ok")
     except Exception as err:
         rec.update(ok=False, status=error_status(err), error=traceback.format_exc())
+    rec["maxrss_mb"] = peak_rss_mb()
     return rec
 
 
@@ -431,6 +492,11 @@ class Cell:
     @property
     def cold_s(self):
         return self._first_ok("cold", "compile_s")
+
+    @property
+    def peak_mb(self):
+        """The peak memory of the cold process (build, compile on an empty cache, one call)."""
+        return self._first_ok("cold", "maxrss_mb")
 
     @property
     def warm_s(self):
@@ -567,10 +633,10 @@ def _short(b: str) -> str:
     return mb.SHORT.get(b, b)
 
 
-def table(res: Results, form: str, *, nutpie: bool = False) -> str:
+def table(res: Results, form: str, *, nutpie: bool = False, title: str = "catalogue") -> str:
     """One row per (model, backend)."""
     head = ["model", "backend", "cold s", "warm s", "median us", "min us", "/stock", "/min(stock,jax)",
-            "elem err", "norm err"]
+            "elem err", "norm err", "peak MB"]
     if nutpie:
         head += ["nutpie compile s", "nutpie warm compile s", "nutpie sample s"]
     head.append("status")
@@ -583,7 +649,7 @@ def table(res: Results, form: str, *, nutpie: bool = False) -> str:
                    _fmt(c.min_us, ".1f"),
                    _fmt(res.ratio(form, m, b) if b != "stock_fast" else None, ".2f"),
                    _fmt(res.ratio(form, m, b, ("stock_fast", "jax")) if b.startswith("policy_") else None, ".2f"),
-                   _fmt(elem, ".1e"), _fmt(norm, ".1e")]
+                   _fmt(elem, ".1e"), _fmt(norm, ".1e"), _fmt(c.peak_mb, ".0f")]
             if nutpie:
                 n = c.nutpie or {}
                 row += [_fmt(n.get("nutpie_compile_s"), ".1f"),
@@ -598,8 +664,9 @@ def table(res: Results, form: str, *, nutpie: bool = False) -> str:
         return "  ".join(v.ljust(w) if i in (0, 1, len(head) - 1) else v.rjust(w)
                          for i, (v, w) in enumerate(zip(vals, widths, strict=True))).rstrip()
 
-    out = [f"# catalogue, {form} form: compile seconds (cold: empty cache; warm: second process on "
-           f"its cache), us per call (median, fastest), ratios of medians, error vs C; generator {GENERATOR_VERSION}",
+    out = [f"# {title}, {form} form: compile seconds (cold: empty cache; warm: second process on "
+           f"its cache), us per call (median, fastest), ratios of medians, error vs C, peak memory of the "
+           f"cold process; generator {GENERATOR_VERSION}",
            line(head), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
     return "\n".join(out)
 
@@ -660,13 +727,13 @@ def to_json(res: Results, args) -> dict:
     for (form, m, b), c in res.cells.items():
         elem, norm = res.agreement(form, m, b)
         cells.append({"form": form, "model": m, "backend": b, "cold_compile_s": c.cold_s,
-                      "warm_compile_s": c.warm_s, "stale_warm_processes": len(c.stale_warm), "median_us": c.median_us, "min_us": c.min_us,
+                      "warm_compile_s": c.warm_s, "cold_peak_mb": c.peak_mb, "stale_warm_processes": len(c.stale_warm), "median_us": c.median_us, "min_us": c.min_us,
                       "ratio_stock": res.ratio(form, m, b),
                       "ratio_min_stock_jax": res.ratio(form, m, b, ("stock_fast", "jax")),
                       "elementwise_rel_err": elem, "normwise_rel_err": norm,
                       "status": res.status(form, m, b), "nutpie": c.nutpie, "records": c.records})
     return {
-        "meta": {"catalogue": str(args.catalogue), "forms": res.forms, "models": res.models,
+        "meta": {"catalogue": str(getattr(args, "catalogue", None)), "forms": res.forms, "models": res.models,
                  "backends": res.backends, "rounds": args.rounds, "time_budget": args.time_budget,
                  "blas_threads": getattr(args, "blas_threads", None),
                  "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
@@ -679,11 +746,18 @@ def to_json(res: Results, args) -> dict:
 # --- the runner -------------------------------------------------------------------------
 
 
+def _source_fields(args, model) -> dict:
+    """The spec fields naming where ``model`` comes from: ``args.source_fields(model)``
+    when the runner was given one, else the catalogue checkout ``args.catalogue``."""
+    fields = getattr(args, "source_fields", None)
+    return fields(model) if fields else {"source": "catalogue", "catalogue": os.path.abspath(args.catalogue)}
+
+
 def _spec(args, workdir: Path, form, model, backend, phase, rnd) -> dict:
     tag = f"{form}-{model.replace('/', '_')}-{backend}"
     timed = phase == "warm" and backend in args.timed_backends
     return {
-        "catalogue": os.path.abspath(args.catalogue), "model": model, "form": form, "backend": backend,
+        **_source_fields(args, model), "model": model, "form": form, "backend": backend,
         "phase": phase, "round": rnd, "seed": args.seed, "cores": args.cores, "nice": args.nice,
         "blas_threads": getattr(args, "blas_threads", None),
         # nutpie: an empty cache of its own, what a user's first run pays (not the user's cache,
@@ -697,7 +771,8 @@ def _spec(args, workdir: Path, form, model, backend, phase, rnd) -> dict:
 def run(args, run_one=None, progress=None) -> Results:
     """For every form and model: the C reference (unless ``c`` is run), then ``rounds``
     rounds over the backends, order rotated each round (round 1: a cold and a warm
-    process, later rounds: warm), then nutpie if asked. ``run_one(spec) -> record``;
+    process, later rounds: warm), then nutpie if asked (for the models in
+    ``args.nutpie_models`` when set, else every model). ``run_one(spec) -> record``;
     ``progress(results)`` after every model (the CLI rewrites ``--json`` there)."""
     run_one = run_one or (lambda spec: run_subprocess(spec, args.timeout))
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ptnumba_catalogue_")).resolve()
@@ -726,7 +801,7 @@ def run(args, run_one=None, progress=None) -> Results:
                         if not rec.get("ok"):
                             failed.add(b)
                             break
-            if args.nutpie:
+            if args.nutpie and m in (getattr(args, "nutpie_models", None) or args.models):
                 for phase in NUTPIE_PHASES:  # the first process fills the cache the second reads
                     for b in args.backends:
                         res.add(run_one(_spec(args, workdir, form, m, b, phase, 0)))
@@ -742,6 +817,48 @@ def _csv(text: str | None) -> list[str]:
     return [s.strip() for s in (text or "").split(",") if s.strip()]
 
 
+def add_runner_options(p: argparse.ArgumentParser, default_backends) -> None:
+    """The options of `run` (forms, backends, rounds, timing, processes, output), shared by
+    the benches that run on it; `check_runner_options` checks them."""
+    p.add_argument("--forms", default="original", help="comma-separated of: " + ",".join(FORMS) + " (default original)")
+    p.add_argument("--backends", default=None, help="comma-separated (default: " + ",".join(default_backends)
+                   + "; jax only if importable); also: " + ",".join(b for b in ALL_BACKENDS if b not in default_backends))
+    p.add_argument("--rounds", type=int, default=3, help="timing rounds, backend order rotated (default 3)")
+    p.add_argument("--time-budget", type=float, default=1.0, help="seconds of per-call timing per warm worker (default 1.0)")
+    p.add_argument("--samples", type=int, default=15, help="timing samples per worker (default 15)")
+    p.add_argument("--cores", type=int, default=NUTPIE_CHAINS, help="nutpie's cores (default 2)")
+    p.add_argument("--status-only", action="store_true", help="one cold process per cell: build, compile, one call (no timing)")
+    p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the C reference (no agreement)")
+    p.add_argument("--nice", type=int, default=0, help="run workers at niceness N (default 0: this process's own)")
+    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
+                   help="OPENBLAS_NUM_THREADS=N in every worker (default: unset, OpenBLAS's own count)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a worker is killed (default 1800)")
+    p.add_argument("--workdir", default=None, help="where workers keep caches and outputs (default: a new temp dir)")
+    p.add_argument("--json", metavar="FILE", default=None, help="write every record, cell and summary as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
+
+
+def check_runner_options(p: argparse.ArgumentParser, args, default_backends) -> None:
+    """Check `add_runner_options`'s options (``p.error`` naming what is allowed) and turn
+    ``forms`` and ``backends`` into lists (``jax`` left out when it is not importable)."""
+    if args.blas_threads is not None and args.blas_threads < 1:
+        p.error("--blas-threads must be >= 1")
+    if args.rounds < 1 or args.samples < 1 or args.time_budget <= 0:
+        p.error("--rounds and --samples must be >= 1 and --time-budget > 0")
+    args.forms = _csv(args.forms)
+    bad = [f for f in args.forms if f not in FORMS]
+    if bad or not args.forms:
+        p.error(f"--forms: unknown form(s) {bad or [args.forms]}; allowed: {', '.join(FORMS)}")
+    args.backends = _csv(args.backends) or list(default_backends)
+    bad = [b for b in args.backends if b not in ALL_BACKENDS]
+    if bad:
+        p.error(f"--backends: unknown backend(s) {bad}; allowed: {', '.join(ALL_BACKENDS)}")
+    if "jax" in args.backends and not wl.jax_available():
+        log.warning("jax is not importable: no jax column")
+        args.backends.remove("jax")
+    args.timed_backends = set(args.backends)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m ptnumba_codegen bench --group catalogue",
@@ -752,46 +869,16 @@ def parse_args(argv):
     p.add_argument("--group", choices=["catalogue"], default="catalogue", help=argparse.SUPPRESS)
     p.add_argument("--catalogue", required=True, metavar="PATH", help="a checkout of pymc-model-catalogue")
     p.add_argument("--models", default="core", help="core (BENCHMARK_CORE.md, default), all, or comma-separated names")
-    p.add_argument("--forms", default="original", help="comma-separated of: " + ",".join(FORMS) + " (default original)")
-    p.add_argument("--backends", default=None, help="comma-separated (default: " + ",".join(BACKENDS)
-                   + "; jax only if importable); also: " + ",".join(EXTRA_BACKENDS))
-    p.add_argument("--rounds", type=int, default=3, help="timing rounds, backend order rotated (default 3)")
-    p.add_argument("--time-budget", type=float, default=1.0, help="seconds of per-call timing per warm worker (default 1.0)")
-    p.add_argument("--samples", type=int, default=15, help="timing samples per worker (default 15)")
     p.add_argument("--nutpie", action="store_true", help="add time to posterior through nutpie (1000 tune + 1000 draws, 2 chains)")
-    p.add_argument("--cores", type=int, default=NUTPIE_CHAINS, help="nutpie's cores (default 2)")
-    p.add_argument("--status-only", action="store_true", help="one cold process per cell: build, compile, one call (no timing)")
-    p.add_argument("--no-reference", dest="reference", action="store_false", help="skip the C reference (no agreement)")
     p.add_argument("--seed", type=int, default=20240611, help="nutpie's seed")
-    p.add_argument("--nice", type=int, default=0, help="run workers at niceness N (default 0: this process's own)")
-    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
-                   help="OPENBLAS_NUM_THREADS=N in every worker (default: unset, OpenBLAS's own count)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a worker is killed (default 1800)")
-    p.add_argument("--workdir", default=None, help="where workers keep caches and outputs (default: a new temp dir)")
-    p.add_argument("--json", metavar="FILE", default=None, help="write every record, cell and summary as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
+    add_runner_options(p, BACKENDS)
     args = p.parse_args(argv)
-    if args.blas_threads is not None and args.blas_threads < 1:
-        p.error("--blas-threads must be >= 1")
-    if args.rounds < 1 or args.samples < 1 or args.time_budget <= 0:
-        p.error("--rounds and --samples must be >= 1 and --time-budget > 0")
+    check_runner_options(p, args, BACKENDS)
     try:
         args.catalogue = check_catalogue(args.catalogue)
         args.models = select_models(args.catalogue, args.models)
     except ValueError as err:
         p.error(str(err))
-    args.forms = _csv(args.forms)
-    bad = [f for f in args.forms if f not in FORMS]
-    if bad or not args.forms:
-        p.error(f"--forms: unknown form(s) {bad or [args.forms]}; allowed: {', '.join(FORMS)}")
-    args.backends = _csv(args.backends) or list(BACKENDS)
-    bad = [b for b in args.backends if b not in ALL_BACKENDS]
-    if bad:
-        p.error(f"--backends: unknown backend(s) {bad}; allowed: {', '.join(ALL_BACKENDS)}")
-    if "jax" in args.backends and not wl.jax_available():
-        log.warning("jax is not importable: no jax column")
-        args.backends.remove("jax")
-    args.timed_backends = set(args.backends)
     return args
 
 
@@ -807,9 +894,10 @@ def results_from_json(data: dict) -> Results:
     return res
 
 
-def report_main(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m ptnumba_codegen.tools.catalogue_bench report",
-                                description="Print the tables and summaries of a --json file again "
+def read_report(argv, prog: str) -> tuple[dict, Results, bool]:
+    """The ``report`` command's file (its one argument, a ``--json`` file): its data, its
+    `Results` over the models that have run, and whether it has nutpie runs."""
+    p = argparse.ArgumentParser(prog=prog, description="Print the tables and summaries of a --json file again "
                                 "(the models it has so far, for an interrupted run).")
     p.add_argument("json_file")
     a = p.parse_args(argv)
@@ -818,7 +906,11 @@ def report_main(argv) -> int:
     res = results_from_json(data)
     done = {m for (_, m, _) in res.cells} | {m for (_, m) in res.reference}
     res.models = [m for m in res.models if m in done]
-    nutpie = any(c.nutpie for c in res.cells.values())
+    return data, res, any(c.nutpie for c in res.cells.values())
+
+
+def report_main(argv) -> int:
+    _, res, nutpie = read_report(argv, "python -m ptnumba_codegen.tools.catalogue_bench report")
     for form in res.forms:
         print(table(res, form, nutpie=nutpie))
         print("\n".join(summary(res, form, nutpie=nutpie)) + "\n")
