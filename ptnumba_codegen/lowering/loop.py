@@ -313,6 +313,40 @@ def force_vectorize(facts: HintFacts) -> bool:
     return all(rule(facts) for _why, rule in FORCE_VECTORIZE_WHEN)
 
 
+# Elements a staged innermost loop computes before it accumulates them (`staged_outputs`).
+STAGE_BLOCK = 64
+
+
+def staged_outputs(facts: HintFacts, keys) -> tuple[int, ...]:
+    """The outputs a loop accumulates in a second pass over each block of its innermost
+    axis: float sums and products that must add in index order (no ``reassoc``) and that
+    reduce that axis, when the body calls vector functions.
+
+    Such a reduction keeps the innermost loop scalar (it may not be reordered,
+    `FORCE_VECTORIZE_WHEN`), and a scalar loop computes every element through the scalar
+    wrapper of a vector function: a whole vector call per element (a softmax's row sums
+    in the cone of a Categorical's check). Staged, a first loop over the block computes
+    the body, vectorized, and keeps the staged outputs' values; a second adds them in
+    index order. Each element gets the same bits (the wrapper's are the vector
+    function's, whatever the element's position) and each accumulator the same additions
+    in the same order. Not with zero keys (a float max/min in the same loop), nor where
+    the innermost axis is short by its type (`_short_innermost`), nor where the vector
+    hint could not hold for the first loop."""
+    spec = facts.spec
+    if not facts.vector_calls or keys or spec.reduces is None or spec.ndim == 0 or _short_innermost(spec):
+        return ()
+    innermost = spec.ndim - 1
+    staged = tuple(
+        i
+        for i, red in enumerate(spec.reduces)
+        if red is not None and innermost in red.axes and not may_reorder(red) and REDUCERS[red.op].rounds_in_order
+    )
+    if not staged:
+        return ()
+    rest = tuple(None if i in staged else red for i, red in enumerate(spec.reduces))
+    return staged if force_vectorize(replace(facts, spec=replace(spec, reduces=rest))) else ()
+
+
 def with_zero_keys(spec: LoopSpec) -> tuple[LoopSpec, dict[int, int]]:
     """``spec`` plus one hidden int64 accumulator (a ``ZeroKey`` reduction over the same
     axes) per float max/min reduction whose innermost loop reduces (a full reduction, or
@@ -461,8 +495,9 @@ def emit_loop(
         builder.function.args[0].add_attribute("noalias")
 
     written = tuple(input_types[inp].layout for _out, inp in spec.inplace)
-    vectorize = force_vectorize(HintFacts(spec, vector_calls, written, opaque_calls))
-    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types, keys, vectorize)
+    facts = HintFacts(spec, vector_calls, written, opaque_calls)
+    nest = LoopNest(context, spec, input_types, output_types, body, body_output_types, keys,
+                    force_vectorize(facts), staged_outputs(facts, keys))
     if run_nest is not None:
         run_nest(context, builder, nest, input_values, arrays, outputs, iter_shape)
     else:
@@ -651,6 +686,7 @@ class LoopNest:
     body_output_types: list
     keys: dict = None  # {zero-key output: its max/min output} (with_zero_keys)
     vectorize: bool = False  # the innermost loop carries the force hint (`FORCE_VECTORIZE_WHEN`)
+    staged: tuple = ()  # outputs accumulated in a second pass over blocks of the innermost axis (`staged_outputs`)
 
     @property
     def keyed(self) -> set[int]:
@@ -695,13 +731,24 @@ class LoopNest:
 
     def emit(self, builder, input_values, arrays, outputs, iter_shape, lo, hi, axis: int):
         """The nest with axis ``axis`` restricted to ``[lo, hi)``."""
-        context, spec = self.context, self.spec
-        zero = context.get_constant(types.intp, 0)
+        if self.staged:
+            self._emit_staged(builder, input_values, arrays, outputs, iter_shape, lo, hi, axis)
+            return
+        scopes = _AliasScopes(builder, len(outputs), self.spec.inplace)
         rank = self._rank_fn(builder, arrays, iter_shape) if self.keys else None
-        scopes = _AliasScopes(builder, len(outputs), spec.inplace)
         loops = self._loops(builder, iter_shape, lo, hi, axis)
         indices = [loop.__enter__().index for loop in loops]
+        results = list(self.body(builder, self._load_inputs(builder, input_values, arrays, indices, scopes)))
+        if self.keys:
+            results += [None] * len(self.keys)  # computed below, from the value stored
+        self._store_results(builder, outputs, indices, results, scopes, rank(builder, indices) if rank else None)
+        for loop in reversed(loops):
+            loop.__exit__(None, None, None)
 
+    def _load_inputs(self, builder, input_values, arrays, indices, scopes) -> list:
+        """Every input's element at ``indices`` (a native scalar input as it is)."""
+        context, spec = self.context, self.spec
+        zero = context.get_constant(types.intp, 0)
         scalars = []
         for k, (ty, val, bc) in enumerate(zip(self.input_types, input_values, spec.input_bc, strict=True)):
             if bc is None:
@@ -711,16 +758,25 @@ class LoopNest:
             raw = builder.load(_item_pointer(context, builder, arrays[k], ty, idx, _static_dims(spec, bc)))
             scopes.tag_load(raw, k)
             scalars.append(context.data_model_manager[ty.dtype].from_data(builder, raw))
+        return scalars
 
-        results = list(self.body(builder, scalars))
-        if self.keys:
-            position = rank(builder, indices)
-            results += [None] * len(self.keys)  # computed below, from the value stored
+    def _output_pointer(self, builder, out, i, indices):
+        """Output ``i``'s element at ``indices`` (its reduced axes at 0)."""
+        context, spec = self.context, self.spec
+        zero = context.get_constant(types.intp, 0)
+        bc = spec.output_bc[i]
+        idx = [zero if b else j for j, b in zip(indices, bc, strict=True)]
+        return _item_pointer(context, builder, out, self.output_types[i], idx, _static_dims(spec, bc))
+
+    def _store_results(self, builder, outputs, indices, results, scopes, position, skip=()):
+        """Store or accumulate every output's value of one element, but those in ``skip``."""
+        context, spec = self.context, self.spec
         accumulated = {}
-
-        for i, (out, ty, bc, val, val_ty) in enumerate(
-            zip(outputs, self.output_types, spec.output_bc, results, self.body_output_types, strict=True)
+        for i, (out, ty, val, val_ty) in enumerate(
+            zip(outputs, self.output_types, results, self.body_output_types, strict=True)
         ):
+            if i in skip:
+                continue
             red = spec.reduce_of(i)
             if i in (self.keys or {}):
                 val = zero_key(builder, accumulated[self.keys[i]], position)
@@ -731,8 +787,7 @@ class LoopNest:
                     keyed = i in self.keyed
                     builder.store(combine(builder, red.op, ty, builder.load(acc_ptr := out), val, keyed), acc_ptr)
                 continue
-            idx = [zero if b else j for j, b in zip(indices, bc, strict=True)]
-            ptr = _item_pointer(context, builder, out, ty, idx, _static_dims(spec, bc))
+            ptr = self._output_pointer(builder, out, i, indices)
             model = context.data_model_manager[ty.dtype]
             if red is not None:
                 with stamp(builder, red.flags):
@@ -743,7 +798,54 @@ class LoopNest:
                     val = combine(builder, red.op, ty.dtype, model.from_data(builder, old), val, i in self.keyed)
             scopes.tag_output(builder.store(model.as_data(builder, val), ptr), i)
 
-        for loop in reversed(loops):
+    def _emit_staged(self, builder, input_values, arrays, outputs, iter_shape, lo, hi, axis: int):
+        """The nest whose innermost axis runs in blocks of `STAGE_BLOCK` elements: a loop
+        over the block computes the body (vectorized, every output but the staged ones
+        stored or accumulated as usual, the staged ones' values kept on the stack), then a
+        loop adds the kept values to each staged accumulator in index order
+        (`staged_outputs`)."""
+        context, spec = self.context, self.spec
+        intp = types.intp
+        scopes = _AliasScopes(builder, len(outputs), spec.inplace)
+        innermost = len(iter_shape) - 1
+        outer = [
+            counted_loop(builder, hi if d == axis else length, start=lo if d == axis else None)
+            for d, length in enumerate(iter_shape[:-1])
+        ]
+        outer_indices = [loop.__enter__().index for loop in outer]
+        acc_types = {i: self.output_types[i] if spec.reduce_of(i).scalar_acc else self.output_types[i].dtype
+                     for i in self.staged}
+        kept = {i: cgutils.alloca_once(builder, context.get_value_type(ty), size=STAGE_BLOCK, name=f"staged{i}")
+                for i, ty in acc_types.items()}
+        first = lo if axis == innermost else context.get_constant(intp, 0)
+        length = builder.sub(hi, lo) if axis == innermost else iter_shape[-1]
+        block = context.get_constant(intp, STAGE_BLOCK)
+        n_blocks = builder.sdiv(builder.add(length, context.get_constant(intp, STAGE_BLOCK - 1)), block)
+        with counted_loop(builder, n_blocks) as blocks:
+            offset = builder.mul(blocks.index, block)
+            start = builder.add(first, offset)
+            count = builder.select(builder.icmp_signed("<", builder.sub(length, offset), block),
+                                   builder.sub(length, offset), block)
+            with counted_loop(builder, count, vectorize=True) as element:
+                indices = [*outer_indices, builder.add(start, element.index)]
+                results = list(self.body(builder, self._load_inputs(builder, input_values, arrays, indices, scopes)))
+                self._store_results(builder, outputs, indices, results, scopes, None, skip=self.staged)
+                for i in self.staged:
+                    with stamp(builder, spec.reduce_of(i).flags):
+                        val = context.cast(builder, results[i], self.body_output_types[i], acc_types[i])
+                    builder.store(val, builder.gep(kept[i], [element.index]))
+            for i in self.staged:
+                red = spec.reduce_of(i)
+                ty = acc_types[i]
+                model = context.data_model_manager[ty]
+                ptr = outputs[i] if red.scalar_acc else self._output_pointer(builder, outputs[i], i, [*outer_indices, start])
+                acc = cgutils.alloca_once_value(builder, builder.load(ptr) if red.scalar_acc else model.from_data(builder, builder.load(ptr)))
+                with counted_loop(builder, count) as element, stamp(builder, red.flags):
+                    value = builder.load(builder.gep(kept[i], [element.index]))
+                    builder.store(combine(builder, red.op, ty, builder.load(acc), value), acc)
+                total = builder.load(acc)
+                builder.store(total if red.scalar_acc else model.as_data(builder, total), ptr)
+        for loop in reversed(outer):
             loop.__exit__(None, None, None)
 
 
