@@ -20,6 +20,7 @@ from ptnumba_codegen.analysis.class_rules import FOLDED_EXP
 from ptnumba_codegen.analysis.classify import output_needs
 from ptnumba_codegen.as_written.op import is_as_written
 from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.compact.table import describe_rows_off
 from ptnumba_codegen.lowering.vecmath import exact_lanes
 from ptnumba_codegen.lowering.vecmath.isa import isa_reason
 from ptnumba_codegen.lowering.base import Unsupported
@@ -265,6 +266,9 @@ def explain(fn, ir: bool = False) -> str:
     if counts["as_written"]:
         tail += f", {counts['as_written']} as-written cop{'y' if counts['as_written'] == 1 else 'ies'}"
     out.append(tail)
+    rows_off = describe_rows_off()  # stock ops this process keeps: their compact op's source differs
+    if rows_off:
+        out.append(rows_off)
     if counts["kernels"] and allocator.state():
         out.append(f"memory: {allocator.state()}")
     if counts["kernels"]:

@@ -1,5 +1,5 @@
 """``SolveTriangular`` as stock's checks, copies and ``trsm`` call, written into its caller
-(`backend.compact_solve`, swapped in by `passes.compact_checks`).
+(`compact.solve`, swapped in by `passes.swap_compact`).
 
 Every result and error equals stock numba's (fastmath off), bit for bit: lower and upper,
 unit diagonal, vector and matrix right-hand sides, operands C, Fortran (a transpose in the
@@ -17,15 +17,16 @@ from numba.core import types
 from pytensor.tensor.slinalg import SolveTriangular, solve_triangular
 
 from conftest import assert_same_bits, compile_fn, numba_compiles
-from ptnumba_codegen.backend.compact_solve import REPLICATED, CompactSolveTriangular, result_type, stock_digest, why_not_compact
-from ptnumba_codegen.backend.node_keys import stock_node_function
+from ptnumba_codegen.compact.ops import CompactSolveTriangular, stock_node_function
+from ptnumba_codegen.compact.replica import why_off
+from ptnumba_codegen.compact.solve import SOLVE_TRIANGULAR, result_type, why_not_compact
 
 B_CONST = np.linspace(0.5, 2.0, 12).reshape(4, 3)
 
 
 # another PyTensor's implementation keeps the stock op: nothing here to test
-pytestmark = pytest.mark.skipif(stock_digest() not in REPLICATED,
-                                reason=f"the installed PyTensor's numba implementation ({stock_digest()}) is not the replicated one")
+pytestmark = pytest.mark.skipif(why_off(SOLVE_TRIANGULAR) is not None,
+                                reason=f"the installed PyTensor's numba implementation is not the replicated one: {why_off(SOLVE_TRIANGULAR)}")
 
 
 def _graph(name, a, b, lower, unit):

@@ -151,7 +151,7 @@ def test_no_emitter_fact_is_read_by_getattr_or_hasattr():
     assert reads == []
 
 
-@pytest.mark.parametrize("folder", ["analysis", "passes", "as_written", "backend", "lowering", "lowering/vecmath", "runtime", "tools"])
+@pytest.mark.parametrize("folder", ["analysis", "passes", "as_written", "backend", "compact", "lowering", "lowering/vecmath", "runtime", "tools"])
 def test_every_folder_is_a_listed_package(folder):
     import tomllib
 
@@ -270,9 +270,9 @@ def test_no_long_function(module):
     assert long == []
 
 
-# names about PyTensor's own ``Split`` op (`backend.checks`), not chunks or parts
-SPLIT_OP_NAMES = {"CompactSplit", "SplitSizesError", "SPLIT_SUM", "SPLIT_LENGTH_MESSAGE", "SPLIT_NEGATIVE_MESSAGE",
-                  "numba_funcify_CompactSplit", "split_views"}
+# names about PyTensor's own ``Split`` op (`compact.checks`), not chunks or parts
+SPLIT_OP_NAMES = {"SPLIT", "SplitSizesError", "SPLIT_SUM", "SPLIT_LENGTH_MESSAGE", "SPLIT_NEGATIVE_MESSAGE",
+                  "split_function", "split_params", "split_views"}
 
 
 def test_no_name_says_split():

@@ -1,6 +1,6 @@
 """Calls of scipy's BLAS by symbol, written as IR: what the compact ``Dot``'s product
-(`compact_dot`), its intrinsic (`compact_dot_ir`) and the compact triangular solve
-(`compact_solve`) emit."""
+(`compact.dot`), its intrinsic (`compact.dot_ir`) and the compact triangular solve
+(`compact.solve`) emit."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def _blas_value(context, builder, kind, value, ty, fty):
 
 
 def emit_blas_call(context, builder, routine: str, dtype, passed: list) -> None:
-    """`compact_dot.blas_call`'s code, for ``(value, numba type)`` pairs already in hand
-    (`compact_dot_ir`'s): the routine of ``dtype`` called by its symbol."""
+    """`compact.dot.blas_call`'s code, for ``(value, numba type)`` pairs already in hand
+    (`compact.dot_ir`'s): the routine of ``dtype`` called by its symbol."""
     symbol = symbol_name(BLAS_MODULE, ROUTINES[str(dtype)] + routine)
     fty = context.get_value_type(dtype)
     passed = iter(passed)
