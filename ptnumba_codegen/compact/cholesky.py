@@ -24,8 +24,8 @@ writing the overload's steps, in its order, into the caller:
 
 So the values are stock's bits: copies are copies, and the factor is the same LAPACK routine
 on the same buffer layout with the same arguments. The result is typed in the layout every
-path makes it in (C for a C-typed ``A``, else Fortran's) where numba types stock's ``A``: the
-same array, read as `compact.solve` explains. tests/test_compact_cholesky.py compares values,
+path makes it in (C for a C-typed ``A``, else Fortran's), as numba types stock's: the same
+array, read as `compact.solve` explains. tests/test_compact_cholesky.py compares values,
 errors and overwritten inputs with stock's.
 """
 
@@ -71,7 +71,7 @@ def _bind_potrf() -> None:
 
 def result_type(aty: types.Array) -> types.Array:
     """The factor's type: C for a C-typed ``A`` (the transpose of a Fortran factor), else
-    Fortran (numba types stock's ``A``, its paths unified)."""
+    Fortran, as numba types stock's node function."""
     return types.Array(aty.dtype, 2, "C" if aty.layout == "C" else "F")
 
 

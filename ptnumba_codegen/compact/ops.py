@@ -123,11 +123,11 @@ def compact_op(node, classes: dict[type, Replica] | None = None):
 
 
 def stock_node_function(op, node, **kwargs):
-    """``() ->`` the stock numba function of a compact op's node, built when called: the
+    """``() ->`` the stock numba function of a node, built when called: for a compact op, the
     stock class's own funcify (a compact class has no state of its own)."""
 
     def build():
-        stock = stock_name(row_of(type(op)).stock_op)
+        stock = stock_class_of(type(op)) or type(op)
         fn, _key = numba_funcify_and_cache_key.dispatch(stock)(op, node=node)
         return fn
 

@@ -80,10 +80,9 @@ def result_type(bty: types.Array) -> types.Array:
     """The result's type: the layout every path of the overload makes it in, ``B``'s own when
     ``B`` is a C matrix, else Fortran's (a vector is C).
 
-    numba types stock's node function ``A`` (its return paths unified); the arrays are the
-    same, with the same strides, and typed so their readers are compiled as they were when
-    they read stock's result inlined into the caller (typed ``A`` here, LLVM regrouped a sum
-    downstream of the LKJ model's solve otherwise, and its gradient lost stock's bits)."""
+    numba types stock's node function the same (tests/test_compact_solve.py), so the result's
+    readers are compiled as they are when they read stock's result (typed ``A`` here, LLVM
+    regrouped a sum downstream of the LKJ model's solve, and its gradient lost stock's bits)."""
     layout = "C" if bty.ndim == 1 or bty.layout == "C" else "F"
     return types.Array(bty.dtype, bty.ndim, layout)
 
