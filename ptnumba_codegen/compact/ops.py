@@ -98,15 +98,26 @@ def why_stock(node) -> str | None:
     return _verdict(node, stock_classes())[1]
 
 
+def retyped(op, cls: type):
+    """A copy of ``op`` of class ``cls`` (a compact class and its stock class share their state)."""
+    new = copy.copy(op)
+    new.__class__ = cls
+    return new
+
+
+def as_stock(op):
+    """``op`` as an op of its stock class (a compact op retyped; any other op itself)."""
+    stock = stock_class_of(type(op))
+    return op if stock is None else retyped(op, stock)
+
+
 def _with_props(cls, node):
     return cls(**{name: getattr(node.op, name) for name in node.op.__props__})
 
 
 def _retyped_copy(cls, node):
     # an OpFromGraph: a copy keeps the inner graph PyTensor's rewrite built once
-    op = copy.copy(node.op)
-    op.__class__ = cls
-    return op
+    return retyped(node.op, cls)
 
 
 # Replica.rebuilt_by -> (compact class, node) -> the compact op, with the node's op's state
@@ -123,12 +134,11 @@ def compact_op(node, classes: dict[type, Replica] | None = None):
 
 
 def stock_node_function(op, node, **kwargs):
-    """``() ->`` the stock numba function of a node, built when called: for a compact op, the
-    stock class's own funcify (a compact class has no state of its own)."""
+    """``() ->`` the stock numba function of a node (a compact op's: its stock class's),
+    built when called by PyTensor's dispatch."""
 
     def build():
-        stock = stock_class_of(type(op)) or type(op)
-        fn, _key = numba_funcify_and_cache_key.dispatch(stock)(op, node=node)
+        fn, _key = numba_funcify_and_cache_key(as_stock(op), node=node)
         return fn
 
     return build
@@ -139,12 +149,12 @@ def funcify_compact(op, node, **kwargs):
     (`Replica.intrinsic`), or, where the row is off, stock's function and key."""
     replica = row_of(type(op))
     if why_off(replica) is not None:
-        return numba_funcify_and_cache_key.dispatch(stock_name(replica.stock_op))(op, node, **kwargs)
+        return numba_funcify_and_cache_key(as_stock(op), node=node, **kwargs)
     params = replica.params(op, node)
     fallback = (replica.fallback or stock_node_function)(op, node, **kwargs)
     key = cache_key(PREFIX + replica.name, installed_digest(replica), *params)
     return replica.intrinsic(*params, fallback), key
 
 
-__all__ = ["PREFIX", "REBUILD", "compact_class", "compact_op", "funcify_compact", "row_of", "stock_class_of",
-           "stock_classes", "stock_node_function", "why_stock"]
+__all__ = ["PREFIX", "REBUILD", "as_stock", "compact_class", "compact_op", "funcify_compact", "row_of", "stock_class_of",
+           "retyped", "stock_classes", "stock_node_function", "why_stock"]
