@@ -51,7 +51,7 @@ from pytensor.tensor.type import integer_dtypes
 
 from ptnumba_codegen.compact import node_intrinsics as ni
 from ptnumba_codegen.compact.increments import broadcast_checks, update_index
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 from ptnumba_codegen.compact.subtensor import SUBTENSOR_DISPATCH
 
 SHAPES_MESSAGE = "shape mismatch: objects cannot be broadcast to a single shape"  # numba's np.broadcast_shapes
@@ -203,7 +203,7 @@ def scatter_intrinsic(n_indices: int, inplace: bool, set_instead: bool, y_static
 # stock's function for both (`vector_integer_advanced_indexing` for the nodes the compact ops take)
 STOCK = StockSource(
     functions=(SUBTENSOR_DISPATCH + "numba_funcify_AdvancedSubtensor", SUBTENSOR_DISPATCH + "vector_integer_advanced_indexing"),
-    digests={"03d28d5b9931de06": ("3.3.6", "3.3.7", "3.3.8")},
+    digests={"03d28d5b9931de06": SUPPORTED_PYTENSOR},
 )
 
 ADVANCED_SUBTENSOR = Replica(

@@ -28,7 +28,7 @@ from numba.np.numpy_support import from_dtype
 from pytensor.tensor.type import TensorType
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 TENSOR_BASIC = "pytensor.link.numba.dispatch.tensor_basic:"
 
@@ -176,7 +176,7 @@ MAKE_VECTOR = Replica(
     "np.empty's own allocation inside its caller",
     source=StockSource(
         functions=(TENSOR_BASIC + "numba_funcify_MakeVector",),
-        digests={"10c4bac1d5a5b3d9": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"10c4bac1d5a5b3d9": SUPPORTED_PYTENSOR},
     ),
     params=lambda op, node: (len(node.inputs), node.outputs[0].type.dtype),
     intrinsic=make_vector_intrinsic,
@@ -189,7 +189,7 @@ TENSOR_FROM_SCALAR = Replica(
     "intrinsic storing the scalar into a 0-d array from np.empty's own allocation inside its caller",
     source=StockSource(
         functions=(TENSOR_BASIC + "numba_funcify_TensorFromScalar",),
-        digests={"25af4c29df4ba5dc": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"25af4c29df4ba5dc": SUPPORTED_PYTENSOR},
     ),
     params=lambda op, node: (node.outputs[0].type.dtype,),
     intrinsic=tensor_from_scalar_intrinsic,
@@ -202,7 +202,7 @@ SHAPE_I = Replica(
     "dimension into a 0-d array from np.empty's own allocation inside its caller",
     source=StockSource(
         functions=("pytensor.link.numba.dispatch.shape:numba_funcify_Shape_i",),
-        digests={"efaa13c9b759b4b4": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"efaa13c9b759b4b4": SUPPORTED_PYTENSOR},
     ),
     params=lambda op, node: (op.i,),  # for every input type: the call's type says which
     intrinsic=shape_i_intrinsic,
@@ -214,7 +214,7 @@ SCALAR_FROM_TENSOR = Replica(
     "compact one is an intrinsic loading the item inside its caller (compact.node_intrinsics)",
     source=StockSource(
         functions=(TENSOR_BASIC + "numba_funcify_ScalarFromTensor",),
-        digests={"e57dac0e171ecd38": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"e57dac0e171ecd38": SUPPORTED_PYTENSOR},
     ),
     params=lambda op, node: (),  # for every dtype: the call's type says which
     intrinsic=scalar_from_tensor_intrinsic,
@@ -226,7 +226,7 @@ SCALARIZED_JOIN = Replica(
     "is an intrinsic filling an array from np.empty's own allocation inside its caller",
     source=StockSource(
         functions=(TENSOR_BASIC + "numba_funcify_ScalarizedJoin",),
-        digests={"8b83b2ab13365693": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"8b83b2ab13365693": SUPPORTED_PYTENSOR},
     ),
     # the inputs' count (their types, scalar or vector, are the call's) and the dtype
     params=lambda op, node: (len(node.inputs), node.outputs[0].type.dtype),

@@ -42,7 +42,7 @@ from pytensor.link.utils import compile_function_src
 from pytensor.tensor.type_other import NoneTypeT
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 from ptnumba_codegen.compact.subtensor import getitem_type, index_into, type_basic_index
 
 
@@ -280,7 +280,7 @@ SPECIFY_SHAPE = Replica(
     reason="its assert formats an f-string: numba compiles int-to-str and unicode concatenation once a process",
     source=StockSource(
         functions=("pytensor.link.numba.dispatch.shape:numba_funcify_SpecifyShape",),
-        digests={"25228f6374f3a3c5": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"25228f6374f3a3c5": SUPPORTED_PYTENSOR},
     ),
     params=checked_dims,
     intrinsic=checked_shape,
@@ -293,7 +293,7 @@ SPLIT = Replica(
     "and it slices through np.cumsum and np.split (two more overloads to compile)",
     source=StockSource(
         functions=("pytensor.link.numba.dispatch.tensor_basic:numba_funcify_Split",),
-        digests={"b0da97a5b6da75e7": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"b0da97a5b6da75e7": SUPPORTED_PYTENSOR},
     ),
     params=split_params,
     intrinsic=split_views,

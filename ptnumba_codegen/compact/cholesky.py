@@ -31,20 +31,17 @@ errors and overwritten inputs with stock's.
 
 from __future__ import annotations
 
-import functools
-
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
 from scipy import linalg
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.blas_calls import ROUTINES
+from ptnumba_codegen.compact.blas_calls import LAPACK_MODULE, ROUTINES
 from ptnumba_codegen.compact.replica import Replica, StockSource
 from ptnumba_codegen.compact.work_arrays import LINALG, contiguous, copied, filled
-from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
+from ptnumba_codegen.runtime.cython_symbols import symbol_name
 
-LAPACK_MODULE = "scipy.linalg.cython_lapack"
 I32 = ir.IntType(32)
 NOT_SQUARE = "Last 2 dimensions of A must be square"  # stock's message
 
@@ -60,13 +57,6 @@ def why_not_compact(node) -> str | None:
     if a.type.dtype != out:
         return "the input is cast first (stock's astype)"
     return None
-
-
-@functools.cache
-def _bind_potrf() -> None:
-    """Bind scipy's ``potrf`` of every dtype LAPACK has to its symbol, once per process."""
-    for prefix in ROUTINES.values():
-        bind(LAPACK_MODULE, prefix + "potrf")
 
 
 def result_type(aty: types.Array) -> types.Array:
@@ -173,13 +163,6 @@ def _zero_other_triangle(context, builder, fty, fs, n, lower_f):
                 ni.store(context, builder, fty, fs, [i, j], zero, fty.dtype)
 
 
-def cholesky_node_function(lower: bool, overwrite_a: bool, fallback):
-    """`cholesky_intrinsic`, with ``potrf`` bound to its symbol first (a function loaded from
-    numba's cache is not typed again, and its machine code calls ``potrf`` by the symbol)."""
-    _bind_potrf()
-    return cholesky_intrinsic(lower, overwrite_a, fallback)
-
-
 CHOLESKY = Replica(
     stock_op="pytensor.tensor.slinalg:Cholesky",
     reason="_cholesky's overload: a numba function per input type with the work-array helpers, np.full_like "
@@ -199,10 +182,10 @@ CHOLESKY = Replica(
         },
     ),
     params=lambda op, node: (op.lower, op.overwrite_a),
-    intrinsic=cholesky_node_function,
+    intrinsic=cholesky_intrinsic,
     takes=why_not_compact,
+    routines=((LAPACK_MODULE, "potrf"),),
 )
 
 
-__all__ = ["CHOLESKY", "LAPACK_MODULE", "NOT_SQUARE", "cholesky_intrinsic", "cholesky_node_function", "result_type",
-           "why_not_compact"]
+__all__ = ["CHOLESKY", "NOT_SQUARE", "cholesky_intrinsic", "result_type", "why_not_compact"]

@@ -27,7 +27,7 @@ import operator
 from numba.core import cgutils, types
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 # CumOp's mode -> (numba's in-place operator stock's loop applies, the accumulator's start)
 STEPS = {"add": (operator.iadd, 0.0), "mul": (operator.imul, 1.0)}
@@ -84,7 +84,7 @@ CUMOP = Replica(
     "allocation and running sum or product in stock's order with numba's own pieces",
     source=StockSource(
         functions=("pytensor.link.numba.dispatch.extra_ops:numba_funcify_CumOp",),
-        digests={"5a1109d8a2953689": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"5a1109d8a2953689": SUPPORTED_PYTENSOR},
     ),
     params=lambda op, node: (op.mode,),
     intrinsic=cumop_intrinsic,

@@ -39,22 +39,22 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
 
 from ptnumba_codegen.compact.blas_calls import (
-    BLAS_ARGUMENTS,
     BLAS_MODULE,
     LAYOUTS,
     ROUTINES,
     SLOW_PATH_FAILED,
+    bind_routines,
     emit_blas_call,
 )
 from ptnumba_codegen.compact.dot_ir import dot_intrinsic
 from ptnumba_codegen.compact.replica import Replica, StockSource, stock_name
 from ptnumba_codegen.runtime import python_callbacks
-from ptnumba_codegen.runtime.cython_symbols import bind
 
 STOCK_DOT = "pytensor.tensor.math:Dot"
 PRODUCTS = "pytensor.link.numba.dispatch.linalg.products:"
 # PyTensor's setting the compact product reads: whether gemv's output is zeroed first
 MUST_INITIALIZE_Y_GEMV = "pytensor.tensor.blas._core:must_initialize_y_gemv"
+SCIPY_ROUTINES = ((BLAS_MODULE, "gemm"), (BLAS_MODULE, "gemv"))  # the calls of the product, by symbol
 
 # The calls the compact function makes itself, and why stock's `_gemm` makes the same call
 # there: for a C/F-typed operand it reads the typed layout (`_blas_operand_impl`), for an
@@ -265,13 +265,6 @@ def blas_operand(a):
 
 
 @functools.cache
-def _bind_routines(dtype: str) -> None:
-    """Bind scipy's BLAS routines of ``dtype`` (`BLAS_ARGUMENTS`) once per process."""
-    for routine in BLAS_ARGUMENTS:
-        bind(BLAS_MODULE, ROUTINES[dtype] + routine)
-
-
-@functools.cache
 def _slow_path(dtype: str) -> str:
     """The slow path's symbol of ``dtype``, bound once per process."""
     return _bind_slow_path(dtype)
@@ -280,7 +273,7 @@ def _slow_path(dtype: str) -> str:
 @functools.cache
 def _product(dtype: str, zero_y_first: bool):
     """The shared product function of ``dtype`` (its symbols bound; compiled on first use)."""
-    _bind_routines(dtype)
+    bind_routines(SCIPY_ROUTINES)
     slow_symbol = _slow_path(dtype)
     env = {
         "np": np,
@@ -315,10 +308,9 @@ def compiled_product(op, node, **kwargs):
 
 
 def dot_node_function(dtype: str, zero_y_first: bool, fallback):
-    """The product as an intrinsic (`dot_ir.dot_intrinsic`), with scipy's routines and the
-    slow path bound to their symbols first (a function loaded from numba's cache is not typed
-    again, and its machine code calls them by symbol)."""
-    _bind_routines(dtype)
+    """The product as an intrinsic (`dot_ir.dot_intrinsic`), with the slow path bound to its
+    symbol first (a function loaded from numba's cache is not typed again, and its machine
+    code calls it by symbol; the record binds scipy's routines)."""
     return dot_intrinsic(dtype, zero_y_first, _slow_path(dtype), fallback)
 
 
@@ -345,6 +337,7 @@ DOT = Replica(
     intrinsic=dot_node_function,
     takes=why_not_compact,
     fallback=compiled_product,
+    routines=SCIPY_ROUTINES,
 )
 
 

@@ -29,7 +29,7 @@ from pytensor.link.utils import compile_function_src
 
 from ptnumba_codegen.compact import node_intrinsics as ni
 from ptnumba_codegen.compact.arrays import c_array, empty_env
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 
 def why_not_compact(node) -> str | None:
@@ -129,7 +129,7 @@ ALLOC = Replica(
     "(int-to-str, unicode) though a scalar cannot mismatch; the compact one loops",
     source=StockSource(
         functions=("pytensor.link.numba.dispatch.tensor_basic:numba_funcify_Alloc",),
-        digests={"ecca27b5853a60c9": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"ecca27b5853a60c9": SUPPORTED_PYTENSOR},
     ),
     params=fill_params,
     intrinsic=filled_array,

@@ -39,7 +39,7 @@ from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.utils import compile_function_src
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.replica import Replica, StockSource, stock_name
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource, stock_name
 from ptnumba_codegen.compact.subtensor import SUBTENSOR_DISPATCH, getitem_type, index_into, type_basic_index
 
 STOCK_FUNCIFY = SUBTENSOR_DISPATCH + "numba_funcify_default_subtensor"  # stock's Subtensor and IncSubtensor
@@ -216,7 +216,7 @@ INC_SUBTENSOR = Replica(
     "numba's own pieces (its fallback: stock's source with that test spelled out)",
     source=StockSource(
         functions=(STOCK_FUNCIFY, SUBTENSOR_DISPATCH + "_scalar_loop_nest", SUBTENSOR_DISPATCH + "_update_value"),
-        digests={"9008d9d809d8240a": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"9008d9d809d8240a": SUPPORTED_PYTENSOR},
     ),
     params=increment_params,
     intrinsic=increment_intrinsic,

@@ -24,7 +24,7 @@ from numba.np import arrayobj
 from numba.np.numpy_support import from_dtype
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 MISMATCH_MESSAGE = "all the input array dimensions except for the concatenation axis must match exactly"  # stock's
 
@@ -108,7 +108,7 @@ JOIN = Replica(
     "and copies with numba's own pieces",
     source=StockSource(
         functions=("pytensor.link.numba.dispatch.tensor_basic:numba_funcify_Join",),
-        digests={"5639be9a1adbdde0": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"5639be9a1adbdde0": SUPPORTED_PYTENSOR},
     ),
     params=join_params,
     intrinsic=join_intrinsic,

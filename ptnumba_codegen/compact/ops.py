@@ -21,6 +21,7 @@ import threading
 
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
 
+from ptnumba_codegen.compact.blas_calls import bind_routines
 from ptnumba_codegen.compact.replica import Replica, installed_digest, stock_name, why_off
 from ptnumba_codegen.compact.table import COMPACT
 from ptnumba_codegen.lowering.node_keys import cache_key
@@ -150,6 +151,7 @@ def funcify_compact(op, node, **kwargs):
     replica = row_of(type(op))
     if why_off(replica) is not None:
         return numba_funcify_and_cache_key(as_stock(op), node=node, **kwargs)
+    bind_routines(replica.routines)
     params = replica.params(op, node)
     fallback = (replica.fallback or stock_node_function)(op, node, **kwargs)
     key = cache_key(PREFIX + replica.name, installed_digest(replica), *params)

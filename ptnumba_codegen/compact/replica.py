@@ -114,7 +114,9 @@ class Replica:
       node of the class);
     - ``fallback(op, node, **kwargs)``: ``() -> numba function`` for `intrinsic` (no
       function: the stock node function);
-    - ``rebuilt_by``: how the compact op is made from the node's (`compact.ops.REBUILD`).
+    - ``rebuilt_by``: how the compact op is made from the node's (`compact.ops.REBUILD`);
+    - ``routines``: the ``(cython module, routine)`` of scipy's the node function calls by
+      symbol, bound before it is made (`compact.blas_calls.bind_routines`).
     """
 
     stock_op: str
@@ -125,6 +127,7 @@ class Replica:
     takes: Callable | None = None
     fallback: Callable | None = None
     rebuilt_by: str = "props"
+    routines: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:

@@ -25,7 +25,7 @@ from numba.core import types
 from numba.np import arrayobj
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 
 def why_not_compact(node) -> str | None:
@@ -72,7 +72,7 @@ RESHAPE = Replica(
     "compact one is an intrinsic inside its caller making the same calls with numba's own lowering",
     source=StockSource(
         functions=("pytensor.link.numba.dispatch.shape:numba_funcify_Reshape",),
-        digests={"0bf05265d7b33cc1": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"0bf05265d7b33cc1": SUPPORTED_PYTENSOR},
     ),
     params=lambda op, node: (op.ndim,),
     intrinsic=reshape_intrinsic,

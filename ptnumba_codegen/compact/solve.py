@@ -48,7 +48,6 @@ from ptnumba_codegen.compact import node_intrinsics as ni
 from ptnumba_codegen.compact.blas_calls import BLAS_MODULE, ROUTINES, emit_blas_call
 from ptnumba_codegen.compact.replica import Replica, StockSource
 from ptnumba_codegen.compact.work_arrays import LINALG, contiguous, copied, filled
-from ptnumba_codegen.runtime.cython_symbols import bind
 
 I32 = ir.IntType(32)
 NOT_CONFORMING = "Dimensions of A and B do not conform"  # stock's `_solve_check_input_shapes`
@@ -67,13 +66,6 @@ def why_not_compact(node) -> str | None:
     if a.type.dtype != out or b.type.dtype != out:
         return "an operand is cast first (stock's astype)"
     return None
-
-
-@functools.cache
-def _bind_trsm() -> None:
-    """Bind scipy's ``trsm`` of every dtype BLAS has to its symbol, once per process."""
-    for prefix in ROUTINES.values():
-        bind(BLAS_MODULE, prefix + "trsm")
 
 
 def result_type(bty: types.Array) -> types.Array:
@@ -207,14 +199,6 @@ def _fortran_operand(context, builder, aty, As, transposed):
     return builder.load(data), (fty, slot)
 
 
-def solve_node_function(lower: bool, unit_diagonal: bool, overwrite_b: bool, fallback):
-    """`solve_intrinsic`, with ``trsm`` bound to its symbol first: here, not when the call is
-    typed, since a function loaded from numba's cache is not typed again, and its machine
-    code calls ``trsm`` by the symbol."""
-    _bind_trsm()
-    return solve_intrinsic(lower, unit_diagonal, overwrite_b, fallback)
-
-
 SOLVE_TRIANGULAR = Replica(
     stock_op="pytensor.tensor.slinalg:SolveTriangular",
     reason="_solve_triangular's overload: a numba function per pair of operand types with a dozen overloads "
@@ -236,10 +220,10 @@ SOLVE_TRIANGULAR = Replica(
         },
     ),
     params=lambda op, node: (op.lower, op.unit_diagonal, op.overwrite_b),
-    intrinsic=solve_node_function,
+    intrinsic=solve_intrinsic,
     takes=why_not_compact,
+    routines=((BLAS_MODULE, "trsm"),),
 )
 
 
-__all__ = ["NOT_CONFORMING", "NOT_SQUARE", "SOLVE_TRIANGULAR", "result_type", "solve_intrinsic", "solve_node_function",
-           "why_not_compact"]
+__all__ = ["NOT_CONFORMING", "NOT_SQUARE", "SOLVE_TRIANGULAR", "result_type", "solve_intrinsic", "why_not_compact"]

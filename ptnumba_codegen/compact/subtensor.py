@@ -28,7 +28,7 @@ from pytensor.scalar.basic import ScalarType
 from pytensor.tensor.subtensor import Subtensor
 
 from ptnumba_codegen.compact import node_intrinsics as ni
-from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 SUBTENSOR_DISPATCH = "pytensor.link.numba.dispatch.subtensor:"
 
@@ -165,7 +165,7 @@ SUBTENSOR = Replica(
     "own typing and basic indexing inside its caller (compact.node_intrinsics)",
     source=StockSource(
         functions=(SUBTENSOR_DISPATCH + "numba_funcify_default_subtensor",),
-        digests={"e9c83fc95ac166fb": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"e9c83fc95ac166fb": SUPPORTED_PYTENSOR},
     ),
     # the index list and the number of index inputs (the indices' dtypes are the call's)
     params=lambda op, node: (tuple(op.idx_list), len(node.inputs) - 1),
@@ -179,7 +179,7 @@ SCALAR_SUBTENSOR = Replica(
     "index pattern and types; the compact one is Subtensor's intrinsic returning the element",
     source=StockSource(
         functions=(SUBTENSOR_DISPATCH + "numba_funcify_ScalarSubtensor", SUBTENSOR_DISPATCH + "numba_funcify_default_subtensor"),
-        digests={"c5444aac65a8fbad": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"c5444aac65a8fbad": SUPPORTED_PYTENSOR},
     ),
     params=lambda op, node: (tuple(inner_subtensor(node).op.idx_list), len(node.inputs) - 1),
     intrinsic=scalar_subtensor_intrinsic,

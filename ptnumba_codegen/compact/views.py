@@ -39,7 +39,7 @@ from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.utils import compile_function_src
 
 from ptnumba_codegen.compact.node_intrinsics import node_intrinsic
-from ptnumba_codegen.compact.replica import Replica, StockSource, stock_name
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource, stock_name
 
 SQUEEZE_MESSAGE = "DimShuffle: Attempting to squeeze axes with size not equal to one"  # stock's
 ELEMWISE = "pytensor.link.numba.dispatch.elemwise:"
@@ -182,7 +182,7 @@ DIMSHUFFLE = Replica(
     "fixes in one intrinsic, or calls as_strided's own reshape_unchecked",
     source=StockSource(
         functions=(ELEMWISE + "numba_funcify_DimShuffle", OUT_LAYOUT, ELEMWISE + "_make_strided_view"),
-        digests={"c4555d9b18687ed2": ("3.3.6", "3.3.7", "3.3.8")},
+        digests={"c4555d9b18687ed2": SUPPORTED_PYTENSOR},
     ),
     params=shuffle_params,
     intrinsic=dimshuffle_node_function,
