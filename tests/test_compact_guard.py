@@ -174,3 +174,21 @@ print("OFF", len(rows_off()), len(COMPACT), all("its source has digest" in why o
 
 def test_the_package_imports_where_every_stock_source_differs():
     assert second_process_line(SOURCES_DIFFER, [], "OFF") == f"OFF {len(COMPACT)} {len(COMPACT)} True"
+
+
+def test_the_stock_loop_in_ir_steps_aside_where_its_source_differs(monkeypatch):
+    """`backend.stock_loop_ir` states what it replicates (`STOCK_LOOP`) the same way: another
+    source, and numba compiles the stock overload (`kernel.compiled_or_stock`)."""
+    from ptnumba_codegen.backend import stock_loop_ir
+    from ptnumba_codegen.lowering.base import Unsupported
+
+    loop = stock_loop_ir.STOCK_LOOP
+    assert sorted(v for versions in loop.digests.values() for v in versions) == sorted(SUPPORTED_PYTENSOR)
+    assert (stock_loop_ir._stock_loop_problem() is None) == (pytensor.__version__ in SUPPORTED_PYTENSOR)
+    monkeypatch.setattr(stock_loop_ir, "STOCK_LOOP", dataclasses.replace(loop, digests={}))
+    stock_loop_ir._stock_loop_problem.cache_clear()
+    try:
+        with pytest.raises(Unsupported, match="its source has digest"):
+            stock_loop_ir.implementation_in_ir(None, None, None, False)(None, ())
+    finally:
+        stock_loop_ir._stock_loop_problem.cache_clear()
