@@ -3,7 +3,8 @@ each instruction's class, flags and lowering, reduction accumulators, and fallba
 under ``[comparison] as_written`` (the ``default`` preset and its alias ``as_written``; not
 ``rewritten``), every as-written copy (`AsWritten` node, or a copy inlined into the kernels):
 which decision, how many ops its cone recomputes, what it reads, why ("[comparison]
-as_written in policy default"), and the kernels it compiles to.
+as_written in policy default"), and the kernels it compiles to; and the compact ops off in
+this process, with why (`compact.table.describe_rows_off`).
 
     ptnumba_codegen.explain(fn)                 # returns the report as a string
     python -m ptnumba_codegen explain script.py:fn [--ir]
