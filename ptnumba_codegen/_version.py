@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 # Bump whenever generated code changes for the same graph and policy. It is part of every
 # cache key, together with a digest of the generator's own source, so a kernel compiled
 # by another generator is never reused from PyTensor's disk cache.
-GENERATOR_VERSION = 29
+GENERATOR_VERSION = 30
 
 ROOT = Path(__file__).resolve().parent
 

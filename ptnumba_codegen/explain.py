@@ -19,7 +19,11 @@ import re
 from ptnumba_codegen.runtime import allocator
 from ptnumba_codegen.analysis.class_rules import FOLDED_EXP
 from ptnumba_codegen.analysis.classify import output_needs
+from ptnumba_codegen.as_written.freeze import INLINED_ATTR
+from ptnumba_codegen.as_written.lowering import lowering_graph
 from ptnumba_codegen.as_written.op import is_as_written
+from ptnumba_codegen.backend.dispatch import entry_choices, fallback_reason
+from ptnumba_codegen.lowering.chunks import chunk_decision
 from ptnumba_codegen.backend.plans import plan_node
 from ptnumba_codegen.compact.table import describe_rows_off
 from ptnumba_codegen.lowering.vecmath import exact_lanes
@@ -37,8 +41,6 @@ _FP_RE = re.compile(r"= (?:tail )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\b")
 def _threads_note(op, plan) -> list[str]:
     if plan.spec is None:
         return []
-    from ptnumba_codegen.lowering.chunks import chunk_decision
-
     return [f"    threads: {chunk_decision(plan.spec, plan.body, op.policy.parallel, op.yields_to)[2]}"]
 
 
@@ -67,8 +69,6 @@ def _fmt_flags(flags) -> str:
 
 def _inlined_lines(fgraph) -> list[str]:
     """One line per as-written copy the inline pass put back into the kernels of ``fgraph``."""
-    from ptnumba_codegen.as_written.freeze import INLINED_ATTR
-
     lines = []
     for policy, label, kind, size, guards, reads in getattr(fgraph, INLINED_ATTR, ()):
         what = f"as-written copy of {label}" if kind == "decision" else f"as-written {label}"
@@ -92,8 +92,6 @@ def inner_graphs(fgraph):
         if is_policy_op(node.op) and not isinstance(node.op, Scan):
             continue
         if is_as_written(node.op):
-            from ptnumba_codegen.as_written.lowering import lowering_graph
-
             graph = lowering_graph(node.op)
             yield _as_written_label(node), graph
             continue
@@ -172,8 +170,6 @@ def explain_node(node) -> list[str]:
         plan = plan_node(node)
     except Unsupported as err:
         return [*lines, f"    FALLBACK to the stock kernel: {err}"]
-    from ptnumba_codegen.backend.dispatch import entry_choices, fallback_reason
-
     failed = fallback_reason(node)  # planned, but the generator failed when numba compiled it
     if failed:
         lines.append(f"    FALLBACK to the stock kernel (at compile time): {failed}")

@@ -31,14 +31,14 @@ import importlib.util
 import inspect
 import logging
 import math
-import os
 import sys
 import threading
 
+from ptnumba_codegen.nutpie_extraction import make_extraction
+from ptnumba_codegen.settings import NUTPIE_WRAPPERS
+
 log = logging.getLogger("ptnumba_codegen")
 
-ENV = "PTNUMBA_CODEGEN_NUTPIE_WRAPPERS"
-ENV_VALUES = ("loops", "nutpie")  # loops (default): `REPLACED`; nutpie: nutpie's own
 MODULE = "nutpie.compile_pymc"
 
 # nutpie's function -> (the parameters it must have to be replaced, the replacement's name here)
@@ -58,13 +58,6 @@ _state: dict = {"reason": "not installed", "chosen": {}}  # chosen: nutpie funct
 _is_on = [lambda: False]
 
 
-def _choice(environ=os.environ) -> str:
-    value = environ.get(ENV, ENV_VALUES[0])
-    if value not in ENV_VALUES:
-        raise ValueError(f"{ENV}={value!r}: allowed values are {', '.join(ENV_VALUES)}")
-    return value
-
-
 def _signature(*kinds):
     """nutpie's C signature: int64 of ``kinds`` (``u64`` uint64, ``f64*`` a double pointer,
     ``void*`` a pointer)."""
@@ -77,8 +70,6 @@ def _signature(*kinds):
 def _extraction(inner, shared_data, keys, record_dtype):
     """``extract(x, user_data_)``: `nutpie_extraction.make_extraction`, or nutpie's own
     ``make_extraction_fn`` for a record not laid out as `nutpie_extraction` reads it."""
-    from ptnumba_codegen.nutpie_extraction import make_extraction  # numba: imported when nutpie builds
-
     try:
         return make_extraction(inner, shared_data, keys, record_dtype)
     except (KeyError, TypeError, IndexError) as err:
@@ -227,8 +218,8 @@ def install(is_on) -> str:
     returns `state`. Once per process; nutpie is not imported for it."""
     global _hook
     _is_on[0] = is_on
-    if _choice() == "nutpie":
-        _state["reason"] = f"nutpie's own wrappers ({ENV}=nutpie)"
+    if NUTPIE_WRAPPERS.value() == "nutpie":
+        _state["reason"] = f"nutpie's own wrappers ({NUTPIE_WRAPPERS.env}=nutpie)"
         return state()
     module = sys.modules.get(MODULE)
     if module is not None:
@@ -251,5 +242,5 @@ def replaced() -> tuple[str, ...]:
     return tuple(name for name, chosen in _state["chosen"].items() if getattr(module, name, None) is chosen)
 
 
-__all__ = ["ENV", "ENV_VALUES", "REPLACED", "STATS", "install", "make_c_expand_func", "make_c_logp_func",
+__all__ = ["REPLACED", "STATS", "install", "make_c_expand_func", "make_c_logp_func",
            "replaced", "state", "why_not"]

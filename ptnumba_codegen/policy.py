@@ -48,8 +48,9 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ptnumba_codegen.flags import CLASSES, COMPARISON_SENSITIVE, FLAG_UNIVERSE, canonical_flags
+from ptnumba_codegen.settings import POLICY
 
-ENV_VAR = "PTNUMBA_CODEGEN_POLICY"
+ENV_VAR = POLICY.env
 DEFAULT_PRESET = "default"
 
 _TOP_KEYS = ("name", "description", "extends", "classes", "ops", "parallel", "comparison")
@@ -385,11 +386,12 @@ def load_policy(spec: str | os.PathLike | Policy | None = None) -> Policy:
     """
     if isinstance(spec, Policy):
         return spec
-    if spec is None and os.environ.get(ENV_VAR):
+    chosen = POLICY.value() if spec is None else ""
+    if chosen:
         try:
-            return load_policy(os.environ[ENV_VAR])
+            return load_policy(chosen)
         except PolicyError as err:
-            raise PolicyError(f"{ENV_VAR}={os.environ[ENV_VAR]!r}: {err}") from None
+            raise PolicyError(f"{ENV_VAR}={chosen!r}: {err}") from None
     path = _resolve_source(DEFAULT_PRESET if spec is None else spec)
     return _load_cached(str(path), path.stat().st_mtime_ns)
 

@@ -46,10 +46,10 @@ def _rewrite_afresh_under_patches(request):
     if "monkeypatch" not in request.fixturenames:
         yield
         return
-    from ptnumba_codegen.passes import rewritten_graphs
+    from ptnumba_codegen.settings import REWRITTEN_GRAPHS
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rewritten_graphs, "SWITCH", "off")
+        patch.setenv(REWRITTEN_GRAPHS.env, "off")
         yield
 
 

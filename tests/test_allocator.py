@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ptnumba_codegen.runtime import allocator
+from ptnumba_codegen.settings import MALLOC
 
 # In a fresh process: compile one policy function, then free and reallocate 24 MB of
 # arrays (an ordered logistic call's intermediates) and count the page faults of the
@@ -34,7 +35,7 @@ print("PROBE", json.dumps({"faults": faults, "state": allocator.state()}))
 
 
 def _probe(**env):
-    full = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", allocator.ENV)}
+    full = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", MALLOC.env)}
     full.update(env)
     out = subprocess.run([sys.executable, "-c", PROBE], env=full, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -49,7 +50,7 @@ glibc = pytest.mark.skipif(allocator._glibc() is None, reason="glibc malloc only
 def test_freed_intermediates_are_kept_for_the_next_call():
     kept = _probe()
     assert kept["state"].startswith("glibc ") and "M_TRIM_THRESHOLD=512 MiB" in kept["state"]
-    system = _probe(**{allocator.ENV: "system"})
+    system = _probe(**{MALLOC.env: "system"})
     assert system["state"].startswith("glibc's own")
     # glibc's dynamic trim returns the 24 MB each round (~5,900 faults of 4 KiB pages)
     assert system["faults"] > 1000, system
@@ -66,5 +67,5 @@ def test_the_users_malloc_settings_win():
 def test_a_bad_setting_names_the_variable_and_the_allowed_values(monkeypatch):
     monkeypatch.setattr(allocator.SETTING, "_state", None)
     with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_MALLOC='heap': allowed values are keep, system"):
-        allocator.configure({allocator.ENV: "heap"})
+        allocator.configure({MALLOC.env: "heap"})
     assert allocator.state() is None

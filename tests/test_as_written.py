@@ -578,6 +578,69 @@ def test_a_copy_spelled_with_other_value_moves_merges_with_the_rest():
         assert np.array_equal(g == 0, g_ref == 0), (a0, g, g_ref)
 
 
+def tiled_gather_fn(backend):
+    """A Poisson GLMM on a tiled matrix: ``tile(alpha[None, :], (nyear, 1))`` read at
+    ``[year, site]``, the check ``mu >= 0`` on ``mu = exp(...)``, the logp on the same mu."""
+    rng = np.random.default_rng(3)
+    alpha = pt.vector("alpha", shape=(12,))
+    year, site = (pt.constant(rng.integers(0, n, 200)) for n in (5, 12))
+    y = pt.constant(rng.poisson(2.0, 200).astype("float64"))
+    mu = pt.exp(pt.tile(alpha[None, :], (5, 1))[year, site])
+    logp = pt.switch(pt.ge(mu, 0.0), y * pt.log(mu) - mu, -np.inf).sum()
+    with pytensor.config.change_flags(on_opt_error="raise"):
+        return compile_fn([alpha], [logp, pytensor.grad(logp, alpha)], backend, cache_key="tiled_gather")
+
+
+def test_a_copy_reading_a_broadcast_by_index_reads_the_value_like_the_rest():
+    """The copy reads ``tile(alpha)[year, site]`` where the rewritten rest reads
+    ``alpha[site]`` (`local_subtensor_of_alloc`, a value move): spelled like the rest, the
+    copy allocates no tiled matrix and gathers by one index, as ``rewritten`` does; the
+    decision's zeros and the values are the graph as written's, at special values."""
+    counts = {b: scalar_op_counts(tiled_gather_fn(b)) for b in ("policy_rewritten", "policy_default")}
+    assert counts["policy_default"]["Alloc"] == counts["policy_rewritten"]["Alloc"], counts
+    assert counts["policy_default"]["AdvancedSubtensor"] == counts["policy_rewritten"]["AdvancedSubtensor"]
+    ref, res = tiled_gather_fn("unoptimized_strict"), tiled_gather_fn("policy_default")
+    point = np.linspace(-1.0, 1.0, 12)
+    for r, e in zip(res(point), ref(point), strict=True):
+        np.testing.assert_allclose(r, e, rtol=1e-12)
+    for a0 in (709.0, 710.0, -745.2, -746.0, np.inf, -np.inf):  # (NaN: docs/policies.md "Limits")
+        point[3] = a0
+        (_, g), (_, g_ref) = res(point), ref(point)
+        assert np.array_equal(g == 0, g_ref == 0), (a0, g, g_ref)
+
+
+def placed_state_fn(backend):
+    """An HMM-like step: ``zeros(2)`` filled by ``set_subtensor`` per state from sums of
+    the previous state and a transition matrix, then a decision on the filled vector (the
+    max of a logsumexp) and an ``inc_subtensor`` of a gradient-like update."""
+    prev, tr = pt.vector("prev", shape=(2,)), pt.matrix("tr", shape=(2, 2))
+    state = pt.zeros(2)
+    for k in range(2):
+        state = pt.set_subtensor(state[k], pt.logsumexp(prev + tr[:, k]))
+    state = pt.inc_subtensor(state[0], prev[1] * 0.5)
+    out = pt.switch(pt.gt(state.max(), 0.0), state, -state).sum() + pt.logsumexp(state)
+    with pytensor.config.change_flags(on_opt_error="raise"):
+        return compile_fn([prev, tr], [out, *pytensor.grad(out, [prev, tr])], backend, cache_key="placed_state")
+
+
+def test_a_cone_through_set_and_inc_subtensor_is_inlined():
+    """``set_subtensor``/``inc_subtensor`` with basic indices write values (an inc: one
+    addition per element): a cone through them is put back into the kernels
+    (`INLINABLE_WRITES`), no opaque copy compiled on its own; the values and the
+    gradient's zeros are the graph as written's, at ties and special values."""
+    fn = placed_state_fn("policy_default")
+    assert not frozen(fn), [n.op for n in frozen(fn)]
+    ref = placed_state_fn("unoptimized_strict")
+    rng = np.random.default_rng(2)
+    cases = [(rng.normal(size=2), rng.normal(size=(2, 2))) for _ in range(20)]
+    cases += [(np.array([0.0, 0.0]), np.zeros((2, 2))), (np.array([-np.inf, 1.0]), np.ones((2, 2))),
+              (np.array([700.0, -700.0]), np.array([[10.0, -10.0], [-10.0, 10.0]]))]
+    for prev, tr in cases:
+        for r, e in zip(fn(prev, tr), ref(prev, tr), strict=True):
+            np.testing.assert_allclose(r, e, rtol=1e-12)
+            assert np.array_equal(np.asarray(r) == 0, np.asarray(e) == 0)
+
+
 def sliced_tail_fn(backend):
     """PyMC's split of a flat parameter vector: ``x[17:][k]``, each element in a decision."""
     x = pt.vector("x", shape=(22,))

@@ -207,7 +207,7 @@ def test_an_unbatched_blockwise_copy_compiles_its_core_op():
     (no Blockwise loop compiled), and the decisions and the factor are the reference's,
     positive definite or not."""
     from pytensor.tensor.blockwise import Blockwise
-    from pytensor.tensor.slinalg import Cholesky
+    from pytensor.tensor.linalg import Cholesky
 
     from conftest import assert_same_bits, compile_fn
 

@@ -12,6 +12,7 @@ from numba import njit
 
 import ptnumba_codegen
 from ptnumba_codegen.runtime import boxing
+from ptnumba_codegen.settings import BOXING
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_a_policy_function_boxes_its_results_from_the_environment(numba_boxing):
 
 
 def test_the_opt_out_keeps_numbas_boxing(numba_boxing):
-    assert boxing.configure({boxing.ENV: "numba"}).startswith("numba's array boxing")
+    assert boxing.configure({BOXING.env: "numba"}).startswith("numba's array boxing")
     f = njit(_three_arrays)
     f(np.ones(3))
     assert _unpickles(f) >= 3
@@ -84,5 +85,5 @@ def test_the_opt_out_keeps_numbas_boxing(numba_boxing):
 
 def test_a_bad_setting_names_the_variable_and_the_allowed_values(numba_boxing):
     with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_BOXING='pickle': allowed values are environment, numba"):
-        boxing.configure({boxing.ENV: "pickle"})
+        boxing.configure({BOXING.env: "pickle"})
     assert boxing.state() is None

@@ -12,6 +12,7 @@ from numba.core.errors import TypingError
 from numba.extending import overload
 
 from ptnumba_codegen.runtime import collector
+from ptnumba_codegen.settings import GC
 
 THRESHOLDS = (5000, 10, 5)  # a user's own, to be found as they were
 
@@ -71,7 +72,7 @@ def _compile_one(value):
 
 
 def test_no_full_collection_inside_a_compile_and_thresholds_put_back(own_collector, monkeypatch):
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     assert collector.configure() == "full garbage collections postponed while numba compiles"
     assert _compile_one(1.5) == 5.0
     # inside the nested compile (the overload's typing) the outermost compile's setting holds
@@ -84,15 +85,15 @@ def test_no_full_collection_inside_a_compile_and_thresholds_put_back(own_collect
 def test_python_thresholds_sweep_inside_a_compile(own_collector, monkeypatch):
     """The reference for the test above: the same compile under Python's thresholds does
     sweep the oldest generation (so the test above could fail)."""
-    monkeypatch.setenv(collector.ENV, "python")
-    assert collector.configure().endswith(f"({collector.ENV}=python)")
+    monkeypatch.setenv(GC.env, "python")
+    assert collector.configure().endswith(f"({GC.env}=python)")
     assert _compile_one(2.5) == 7.0
     assert SEEN["threshold"] == THRESHOLDS and SEEN["full collections"] > 0
     assert gc.get_threshold() == THRESHOLDS
 
 
 def test_a_failing_compile_puts_the_thresholds_back(own_collector, monkeypatch):
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     collector.configure()
 
     @njit
@@ -106,7 +107,7 @@ def test_a_failing_compile_puts_the_thresholds_back(own_collector, monkeypatch):
 
 
 def test_a_disabled_collector_is_left_alone(own_collector, monkeypatch):
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     collector.configure()
     gc.disable()
     assert _compile_one(1.0) == 4.0
@@ -114,7 +115,7 @@ def test_a_disabled_collector_is_left_alone(own_collector, monkeypatch):
 
 
 def test_the_switch_names_its_values(own_collector, monkeypatch):
-    monkeypatch.setenv(collector.ENV, "never")
+    monkeypatch.setenv(GC.env, "never")
     with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_GC='never': allowed values are postpone, python"):
         collector.configure()
     assert collector.state() is None
@@ -135,7 +136,7 @@ def test_a_policy_functions_rewrites_and_funcify_postpone_too(own_collector, mon
 
     from pytensor.link.basic import Linker
 
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     seen = {"rewrites": [], "schedule": [], "funcify": []}
     sequence_apply = SequentialGraphRewriter.apply
     schedule = Linker.schedule
@@ -174,7 +175,7 @@ def test_a_policy_functions_rewrites_and_funcify_postpone_too(own_collector, mon
 
 
 def test_scopes_nest_and_the_outermost_puts_the_thresholds_back(own_collector, monkeypatch):
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     collector.configure()
     with collector.postponed_while():
         raised = gc.get_threshold()
@@ -195,9 +196,9 @@ class _Owner:
 @pytest.mark.parametrize("how", ["python", "disabled"])
 def test_scopes_leave_python_thresholds_alone(own_collector, monkeypatch, how):
     if how == "python":
-        monkeypatch.setenv(collector.ENV, "python")
+        monkeypatch.setenv(GC.env, "python")
     else:
-        monkeypatch.delenv(collector.ENV, raising=False)
+        monkeypatch.delenv(GC.env, raising=False)
     collector.configure()
     if how == "disabled":
         gc.disable()
@@ -215,7 +216,7 @@ def test_a_held_scope_lasts_until_released_or_its_owner_is_freed(own_collector, 
     """`collector.hold_for`: a scope spanning two calls, ended by `release_for` (once; a
     second release does nothing) or by its owner being freed; held scopes nest with the
     others and the last one to end puts Python's thresholds back."""
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     collector.configure()
     first, second = _Owner(), _Owner()
     collector.hold_for(first)
@@ -237,7 +238,7 @@ def test_a_held_scope_lasts_until_released_or_its_owner_is_freed(own_collector, 
 def test_a_held_scope_ends_with_the_next_outermost_compile(own_collector, monkeypatch):
     """A graph whose funcify never comes (a Scan's inner graph, rewritten and compiled
     inside its outer function's) holds no longer than the next outermost numba compile."""
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     collector.configure()
     owner = _Owner()
     collector.hold_for(owner)
@@ -256,7 +257,7 @@ def test_a_scans_inner_graphs_hold_nothing_once_the_function_is_compiled(own_col
 
     import ptnumba_codegen
 
-    monkeypatch.delenv(collector.ENV, raising=False)
+    monkeypatch.delenv(GC.env, raising=False)
     x0 = pt.dscalar("x0")
     a = pt.dvector("a")
     steps = pytensor.scan(lambda ai, x: 0.9 * x + pt.exp(ai) * 0.01, sequences=[a], outputs_info=[x0],

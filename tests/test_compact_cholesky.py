@@ -11,7 +11,7 @@ import numpy as np
 import pytensor.tensor as pt
 import pytest
 from numba.core import types
-from pytensor.tensor.slinalg import Cholesky, cholesky
+from pytensor.tensor.linalg import Cholesky, cholesky
 
 from conftest import assert_same_bits, compile_fn, node_caller, numba_compiles
 from ptnumba_codegen.compact.cholesky import CHOLESKY, result_type, why_not_compact

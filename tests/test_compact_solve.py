@@ -14,7 +14,7 @@ import numpy as np
 import pytensor.tensor as pt
 import pytest
 from numba.core import types
-from pytensor.tensor.slinalg import SolveTriangular, solve_triangular
+from pytensor.tensor.linalg import SolveTriangular, solve_triangular
 
 from conftest import assert_same_bits, compile_fn, numba_compiles
 from ptnumba_codegen.compact.ops import CompactSolveTriangular, stock_node_function
@@ -177,7 +177,7 @@ import numpy as np
 import pytensor
 import pytensor.link.numba.cache as numba_cache
 import pytensor.tensor as pt
-from pytensor.tensor.slinalg import solve_triangular
+from pytensor.tensor.linalg import solve_triangular
 sys.path.insert(0, sys.argv[2])
 numba_cache.NUMBA_CACHE_PATH = Path(sys.argv[1])
 from conftest import compile_fn

@@ -229,7 +229,7 @@ def test_a_draw_is_never_put_behind_a_guard():
     assert not envelope_guards._runs_once(pt.exp(x).owner)
 
 
-# --- the slow path compiled on demand (as_written.lowering.SLOW_PATH) ---------------------
+# --- the slow path compiled on demand (settings.SLOW_PATH) -------------------------------
 
 
 def out_of_box_inputs():
@@ -289,8 +289,9 @@ def test_a_raising_slow_path_raises_in_the_call(monkeypatch):
 
 def test_the_linked_slow_path_decides_the_same(monkeypatch):
     from ptnumba_codegen.as_written import lowering
+    from ptnumba_codegen.settings import SLOW_PATH
 
-    monkeypatch.setattr(lowering, "SLOW_PATH", "linked")
+    monkeypatch.setenv(SLOW_PATH.env, "linked")
     fn = compile_fn(*hsgp_graph(), "policy_as_written")
     [guard] = guard_nodes(fn)
     assert guard not in lowering.SLOW_PATH_SYMBOLS

@@ -57,7 +57,7 @@ def _files(directory):
 def test_a_verdict_is_stored_and_read_back_instead_of_checking_again(fresh, monkeypatch, tmp_path):
     assert exact_lanes.status("exp", LANES) == (True, "counted check 1")
     assert fresh == ["exp"]
-    [name] = _files(tmp_path / check_cache.SUBDIR)
+    [name] = _files(tmp_path / check_cache.CACHE.subdir)
     assert name.startswith(f"exp-{LANES}-")
     _forget(monkeypatch)
     assert exact_lanes.status("exp", LANES) == (True, "counted check 1")  # the stored verdict
@@ -83,7 +83,7 @@ def test_a_changed_key_runs_the_check_again(fresh, monkeypatch, tmp_path, change
     _forget(monkeypatch)
     assert exact_lanes.status("exp", LANES) == (True, "counted check 2")
     assert fresh == ["exp", "exp"]
-    assert len(_files(tmp_path / check_cache.SUBDIR)) == 2  # both verdicts kept, each under its key
+    assert len(_files(tmp_path / check_cache.CACHE.subdir)) == 2  # both verdicts kept, each under its key
 
 
 def test_other_libm_data_runs_the_check_again(fresh, monkeypatch):
@@ -103,14 +103,14 @@ def test_other_libm_data_runs_the_check_again(fresh, monkeypatch):
     b"",
     b"{not json",
     b"\xff\xfe\x00garbage",
-    json.dumps({"format": check_cache.FORMAT, "ok": True}).encode(),  # no key
+    json.dumps({"format": check_cache.CACHE.format, "ok": True}).encode(),  # no key
     None,  # a well-formed file written for another key
     "wrong types",
 ])
 def test_a_corrupt_or_foreign_file_runs_the_check_again_and_is_rewritten(fresh, monkeypatch, tmp_path, content):
     exact_lanes.status("exp", LANES)
     key = exact_lanes.check_key("exp", LANES, DATA)
-    path = check_cache.path_for(tmp_path / check_cache.SUBDIR, key)
+    path = check_cache.path_for(tmp_path / check_cache.CACHE.subdir, key)
     record = json.loads(path.read_text())
     if content is None:
         record["key"]["cpu"] = "another-cpu"
@@ -121,11 +121,11 @@ def test_a_corrupt_or_foreign_file_runs_the_check_again_and_is_rewritten(fresh, 
     path.write_bytes(content)
     _forget(monkeypatch)
     assert exact_lanes.status("exp", LANES) == (True, "counted check 2")
-    assert check_cache.load(tmp_path / check_cache.SUBDIR, key) == check_cache.Verdict(True, "counted check 2")
+    assert check_cache.load(tmp_path / check_cache.CACHE.subdir, key) == check_cache.Verdict(True, "counted check 2")
 
 
 def test_an_unreadable_or_unwritable_directory_only_costs_the_check(fresh, monkeypatch, tmp_path):
-    (tmp_path / check_cache.SUBDIR).write_text("a file where the directory should be")
+    (tmp_path / check_cache.CACHE.subdir).write_text("a file where the directory should be")
     assert exact_lanes.status("exp", LANES) == (True, "counted check 1")
     _forget(monkeypatch)
     assert exact_lanes.status("exp", LANES) == (True, "counted check 2")
@@ -137,13 +137,13 @@ def test_with_the_numba_cache_off_nothing_is_read_or_written(fresh, monkeypatch,
         _forget(monkeypatch)
         exact_lanes.status("exp", LANES)
     assert fresh == ["exp", "exp"]
-    assert _files(tmp_path / check_cache.SUBDIR) == []
+    assert _files(tmp_path / check_cache.CACHE.subdir) == []
 
 
 def test_a_check_that_did_not_compile_is_not_stored(fresh, monkeypatch, tmp_path):
     monkeypatch.setattr(exact_lanes, "self_check", lambda *a: (False, f"{exact_lanes.NOT_COMPILED}: out of memory"))
     assert not exact_lanes.status("exp", LANES)[0]
-    assert _files(tmp_path / check_cache.SUBDIR) == []
+    assert _files(tmp_path / check_cache.CACHE.subdir) == []
 
 
 def test_a_failed_check_is_stored_like_a_passed_one(fresh, monkeypatch, tmp_path):

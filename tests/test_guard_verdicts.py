@@ -110,7 +110,7 @@ def probes(tmp_path, monkeypatch):
 
 
 def _files(tmp_path):
-    directory = tmp_path / guard_verdicts.SUBDIR
+    directory = tmp_path / guard_verdicts.CACHE.subdir
     return sorted(directory.glob("*.pkl")) if directory.exists() else []
 
 

@@ -3,94 +3,19 @@
 getattr/hasattr (emitters are typed: ``ptnumba_codegen.lowering.base.Emitter``)."""
 
 import ast
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "ptnumba_codegen"
-PACKAGE = "ptnumba_codegen"
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
-TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+from import_graph import MODULES, PACKAGE, ROOT, TREES
+from import_graph import cycles as _cycles
+from import_graph import graph as _graph
+from import_graph import imports as _imports
+from import_graph import resolve as _resolve
 
 
 def _subpackage(name: str) -> str:
     path = MODULES[name]
     return ".".join(path.relative_to(ROOT.parent).parent.parts)
-
-
-def _resolve(target: str, attr: str | None = None) -> str | None:
-    """The package module an import names (``from a.b import c`` -> ``a.b.c`` if a module)."""
-    if attr is not None and f"{target}.{attr}" in MODULES:
-        return f"{target}.{attr}"
-    return target if target in MODULES else None
-
-
-def _imports(tree: ast.Module, top_level_only: bool):
-    """(module imported, names taken from it, line) for every import of the package."""
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    stack = list(nodes)
-    while stack:
-        node = stack.pop()
-        if top_level_only and isinstance(node, (ast.If, ast.Try)):
-            stack.extend(node.body + node.orelse + getattr(node, "finalbody", []))
-            stack.extend(h for handler in getattr(node, "handlers", []) for h in handler.body)
-            continue
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith(PACKAGE) and _resolve(alias.name):
-                    yield alias.name, (), node.lineno
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
-            for alias in node.names:
-                sub = _resolve(node.module, alias.name)
-                if sub and sub != node.module:
-                    yield sub, (), node.lineno
-                elif sub:
-                    yield sub, (alias.name,), node.lineno
-
-
-def _graph():
-    return {
-        name: {target for target, _, _ in _imports(tree, top_level_only=True) if target != name}
-        for name, tree in TREES.items()
-    }
-
-
-def _cycles(graph):
-    """Every strongly connected component of more than one module (Tarjan)."""
-    index, low, on_stack, stack, out = {}, {}, set(), [], []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def test_the_module_import_graph_has_no_circles():
@@ -155,9 +80,13 @@ def test_no_emitter_fact_is_read_by_getattr_or_hasattr():
 def test_every_folder_is_a_listed_package(folder):
     import tomllib
 
+    import fnmatch
+
     pyproject = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())
     assert (ROOT / folder / "__init__.py").is_file()
-    assert f"{PACKAGE}.{folder.replace('/', '.')}" in pyproject["tool"]["setuptools"]["packages"]
+    # setuptools finds the packages (packages.find): the folder is one its patterns include
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert any(fnmatch.fnmatchcase(f"{PACKAGE}.{folder.replace('/', '.')}", pattern) for pattern in include)
 
 
 def _facts(emitter):

@@ -55,7 +55,7 @@ def searches(tmp_path, monkeypatch):
 
 
 def _files(tmp_path):
-    directory = tmp_path / libm_data_cache.SUBDIR
+    directory = tmp_path / libm_data_cache.CACHE.subdir
     return sorted(p.name for p in directory.glob("*.pkl")) if directory.exists() else []
 
 
@@ -115,7 +115,7 @@ BAD_FILES = {
 @pytest.mark.parametrize("bad", sorted(BAD_FILES))
 def test_a_damaged_or_foreign_file_searches_again_and_is_rewritten(searches, tmp_path, bad):
     first = _searched_now()
-    [path] = [p for p in (tmp_path / libm_data_cache.SUBDIR).glob("exp-*.pkl")]
+    [path] = [p for p in (tmp_path / libm_data_cache.CACHE.subdir).glob("exp-*.pkl")]
     record = pickle.loads(path.read_bytes())
     if bad == "another format":
         record["format"] += 1

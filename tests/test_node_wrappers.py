@@ -16,7 +16,7 @@ from pytensor.link.numba.dispatch import basic as numba_basic
 import ptnumba_codegen
 from conftest import second_process_line
 from ptnumba_codegen.backend import node_wrappers
-from ptnumba_codegen.runtime import env_choice
+from ptnumba_codegen.settings import NODE_WRAPPERS
 from ptnumba_codegen.tools.catalogue_bench import numba_cache
 
 # a model with every kind of node a PyMC logp has: policy kernels, views, indexing, a
@@ -68,7 +68,7 @@ print("RESULT " + json.dumps({"state": node_wrappers.state(), "bits": bits, "rai
 
 
 def _second_process(monkeypatch, tmp_path, choice: str) -> dict:
-    monkeypatch.setenv(node_wrappers.ENV, choice)
+    monkeypatch.setenv(NODE_WRAPPERS.env, choice)
     cache = tmp_path / choice
     line = second_process_line(SECOND, (cache,), "RESULT ")
     return json.loads(line.removeprefix("RESULT ")) | {"files": sorted(p.name for p in cache.iterdir())}
@@ -171,7 +171,7 @@ def test_a_stock_node_function_is_shared_by_key_within_a_process(monkeypatch, tm
 
 def test_the_switch_names_its_allowed_values():
     with pytest.raises(ValueError, match="PTNUMBA_CODEGEN_NODE_WRAPPERS='both': allowed values are direct, pytensor"):
-        env_choice({node_wrappers.ENV: "both"}, node_wrappers.ENV, node_wrappers.ENV_VALUES)
+        NODE_WRAPPERS.value({NODE_WRAPPERS.env: "both"})
 
 
 def test_nodes_with_one_key_and_other_types_are_not_shared(tmp_path):

@@ -31,6 +31,7 @@ import nutpie.compile_pymc as ncp  # noqa: E402
 
 import ptnumba_codegen  # noqa: E402
 from ptnumba_codegen import nutpie_wrappers  # noqa: E402
+from ptnumba_codegen.settings import NUTPIE_WRAPPERS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 3
@@ -171,7 +172,7 @@ def test_another_nutpie_signature_keeps_nutpies_own():
 
 
 def test_a_bad_setting_names_the_allowed_values(monkeypatch):
-    monkeypatch.setenv(nutpie_wrappers.ENV, "fast")
+    monkeypatch.setenv(NUTPIE_WRAPPERS.env, "fast")
     with pytest.raises(ValueError, match=r"PTNUMBA_CODEGEN_NUTPIE_WRAPPERS='fast': allowed values are loops, nutpie"):
         nutpie_wrappers.install(lambda: True)
 
@@ -186,10 +187,10 @@ def test_nutpie_imported_after_enable_gets_them_and_the_setting_keeps_nutpies():
         "print(w.replaced(), w.state())\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(nutpie_wrappers.ENV, None)
+    env.pop(NUTPIE_WRAPPERS.env, None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == "('_make_c_logp_func', '_make_c_expand_func') element loops while the switch is on"
-    env[nutpie_wrappers.ENV] = "nutpie"
+    env[NUTPIE_WRAPPERS.env] = "nutpie"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == "() nutpie's own wrappers (PTNUMBA_CODEGEN_NUTPIE_WRAPPERS=nutpie)"
 

@@ -20,6 +20,7 @@ from pytensor.graph.basic import equal_computations
 
 import ptnumba_codegen
 from ptnumba_codegen.passes import pass_errors, policy_codegen, rewritten_graphs
+from ptnumba_codegen.settings import REWRITTEN_GRAPHS
 
 from conftest import compile_fn, second_process_line
 
@@ -29,7 +30,7 @@ def cache_dir(tmp_path, monkeypatch):
     """PyTensor's numba cache (and so the rewritten graphs, on in these tests although they
     patch) in a fresh directory."""
     monkeypatch.setattr(numba_cache, "NUMBA_CACHE_PATH", tmp_path)
-    monkeypatch.setattr(rewritten_graphs, "SWITCH", "on")
+    monkeypatch.setenv(REWRITTEN_GRAPHS.env, "on")
     with pytensor.config.change_flags(numba__cache=True):
         yield tmp_path
 
@@ -130,12 +131,12 @@ def test_stock_modes_and_the_cache_off_keep_nothing(cache_dir):
         compile_policy(*seed_graph())
         compile_policy(*seed_graph())
     assert counts() == before
-    assert not (cache_dir / rewritten_graphs.SUBDIR).exists()
+    assert not (cache_dir / rewritten_graphs.CACHE.subdir).exists()
 
 
 def test_a_damaged_record_is_a_miss(cache_dir):
     compile_policy(*seed_graph())
-    [record] = (cache_dir / rewritten_graphs.SUBDIR).iterdir()
+    [record] = (cache_dir / rewritten_graphs.CACHE.subdir).iterdir()
     record.write_bytes(b"not a pickle")
     before = counts()
     fn = compile_policy(*seed_graph())
@@ -202,9 +203,17 @@ def test_a_second_process_skips_the_rewrites_and_computes_the_same(tmp_path):
     assert cold[3:] == warm[3:]
 
 
+# the switch is read when a policy function is compiled
+COMPILE_ONE = """
+import pytensor, pytensor.tensor as pt, ptnumba_codegen
+x = pt.vector("x")
+pytensor.function([x], x * 2.0, mode=ptnumba_codegen.policy_mode("default"))
+"""
+
+
 def test_a_wrong_switch_value_names_the_allowed_ones():
     env = {**os.environ, "PTNUMBA_CODEGEN_REWRITTEN_GRAPHS": "maybe"}
-    out = subprocess.run([sys.executable, "-c", "import ptnumba_codegen"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", COMPILE_ONE], capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode != 0
     assert "PTNUMBA_CODEGEN_REWRITTEN_GRAPHS='maybe': allowed values are on, off" in out.stderr

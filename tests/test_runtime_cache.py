@@ -16,7 +16,7 @@ import pytensor
 import pytest
 
 from conftest import second_process_line
-from ptnumba_codegen.runtime import disk_cache, runtime_cache
+from ptnumba_codegen.runtime import runtime_cache
 
 
 def _key(**changes):
@@ -28,15 +28,15 @@ class NoCodegen:
         raise AssertionError("a miss must not reach the codegen")
 
 
-@pytest.mark.parametrize("content", [b"", b"not a pickle", pickle.dumps({"format": runtime_cache.FORMAT}),
+@pytest.mark.parametrize("content", [b"", b"not a pickle", pickle.dumps({"format": runtime_cache.CACHE.format}),
                                      "foreign", "old format", "not object code"])
 def test_a_damaged_or_foreign_file_is_a_miss(tmp_path, content):
     key = _key()
-    record = {"format": runtime_cache.FORMAT, "key": dataclasses.asdict(key), "library": ("lib", "object", (b"o", b"b"))}
+    record = {"format": runtime_cache.CACHE.format, "key": dataclasses.asdict(key), "library": ("lib", "object", (b"o", b"b"))}
     if content == "foreign":
         record["key"] = dataclasses.asdict(_key(cpu="another-cpu"))
     elif content == "old format":
-        record["format"] = runtime_cache.FORMAT - 1
+        record["format"] = runtime_cache.CACHE.format - 1
     elif content == "not object code":
         record["library"] = ("lib", "bitcode", b"b")
     if isinstance(content, str):
@@ -54,7 +54,7 @@ def test_every_part_of_the_key_names_another_file(tmp_path, change):
 
 def test_nothing_is_kept_while_the_numba_cache_is_off():
     with pytensor.config.change_flags(numba__cache=False):
-        assert disk_cache.directory(runtime_cache.SUBDIR) is None
+        assert runtime_cache.CACHE.directory() is None
         assert runtime_cache.load(None, _key(), NoCodegen()) is None
         assert not runtime_cache.store(None, _key(), object())
 

@@ -21,6 +21,7 @@ import ptnumba_codegen
 from conftest import compile_fn
 from ptnumba_codegen.runtime import shared_blas
 from ptnumba_codegen.runtime.threads import ensure_threading
+from ptnumba_codegen.settings import SHARE_BLAS
 
 pytestmark = pytest.mark.skipif(
     not (ensure_threading() and shared_blas.blas_pool_shared()),
@@ -60,7 +61,7 @@ sys.stdout.buffer.write(pickle.dumps(out))
 def test_dot_products_keep_openblas_own_bits():
     import pickle
 
-    env = {**os.environ, shared_blas.ENV: "0"}
+    env = {**os.environ, SHARE_BLAS.env: "0"}
     code = _REFERENCE.format(tests=os.path.dirname(__file__))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr.decode()

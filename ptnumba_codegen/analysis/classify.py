@@ -11,10 +11,14 @@ The rules, in order (the first that matches wins, so strict wins):
    propagated backward instruction by instruction (`analyze`). A predicate fixed on
    its value's forward interval (`ranges`) needs only the NaN pattern, which strict
    arithmetic passes on (`robust.NAN_SOURCES`).
-2. *reduction*: an associative Add/Mul with three or more operands, or an Add/Mul whose
-   operand is produced by, or whose result feeds, the same associative op (a chain).
-3. *transcendental*: the ops in TRANSCENDENTAL_OPS and every scipy.special-backed op.
-4. *arithmetic*: everything else.
+2. *transcendental*: the ops in TRANSCENDENTAL_OPS and every scipy.special-backed op.
+3. *arithmetic*: everything else, n-ary and chained Add/Mul included: an element's sum or
+   product of several terms is computed in the order the expression gives, like any other
+   arithmetic of one element.
+
+The fourth class, *reduction*, is not an instruction of a program: it is the accumulating
+instruction of a reduction loop, which adds (or multiplies, ...) one element into an
+accumulator (`backend.plans.accumulator_flags`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 from pytensor.scalar.loop import ScalarLoop
 
-from ptnumba_codegen.flags import ARITHMETIC, COMPARISON_SENSITIVE, REDUCTION, TRANSCENDENTAL
+from ptnumba_codegen.flags import ARITHMETIC, COMPARISON_SENSITIVE, TRANSCENDENTAL
 from ptnumba_codegen.analysis.program import Instr, Program
 from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.analysis.robust import (
@@ -93,8 +97,6 @@ DECISION_INPUTS: dict[type, object] = {
     ps.Cast: _cast_decides,
     ScalarLoop: _loop_decides,
 }
-
-ASSOCIATIVE_OPS: tuple[type, ...] = (ps.Add, ps.Mul)
 
 TRANSCENDENTAL_OPS: frozenset[type] = frozenset(
     {
@@ -166,12 +168,8 @@ def needs_items(needs: Mapping[int, Iterable]) -> frozenset:
     return frozenset((p, r) for p, reqs in needs.items() for r in reqs)
 
 
-def natural_class(program: Program, k: int, chains: set[int] | None = None) -> str:
+def natural_class(program: Program, k: int) -> str:
     """The class of instruction ``k`` outside every comparison cone."""
-    if chains is None:
-        chains = _reduction_chain(program)
-    if k in chains:
-        return REDUCTION
     return TRANSCENDENTAL if is_transcendental(program.instrs[k].op) else ARITHMETIC
 
 
@@ -309,9 +307,8 @@ def analyze(
     for v in program.inputs:  # what reaches the inputs, simplified on their intervals
         if v in needs:
             needs[v] = settle_all(needs[v], facts.ranges.get(v))
-    chains = _reduction_chain(program)
     classes = tuple(
-        COMPARISON_SENSITIVE if k in strict else natural_class(program, k, chains) for k in range(len(program.instrs))
+        COMPARISON_SENSITIVE if k in strict else natural_class(program, k) for k in range(len(program.instrs))
     )
     class_only_inputs = frozenset(
         p
@@ -419,10 +416,8 @@ def relaxable_under(program: Program, policy) -> Callable[[int], bool] | None:
     ``relaxable(k, klass)`` asks the same of the flags of class ``klass``."""
     if policy is None:
         return None
-    chains = _reduction_chain(program)
-
     def relaxable(k: int, klass: str | None = None) -> bool:
-        klass = klass or natural_class(program, k, chains)
+        klass = klass or natural_class(program, k)
         return not (BREAKING_FLAGS & set(policy.flags_for(klass, program.instrs[k].op_name)))
 
     return relaxable
@@ -434,11 +429,9 @@ def by_class_under(program: Program, policy) -> Callable[[int], bool] | None:
     its value reaches the readers that do not decide (`class_rules`)."""
     if policy is None:
         return None
-    chains = _reduction_chain(program)
-
     def by_class(k: int, row) -> bool:
         instr = program.instrs[k]
-        return policy.rule_for(natural_class(program, k, chains), instr.op_name).max_ulp >= row.max_ulp
+        return policy.rule_for(natural_class(program, k), instr.op_name).max_ulp >= row.max_ulp
 
     return by_class
 
@@ -455,25 +448,6 @@ def sensitive_inputs(program: Program, sensitive_outputs=(), relaxable=None, inp
     (inside, or via a sensitive output)."""
     result = analyze(program, sensitive_outputs, relaxable, input_facts)
     return {p: result.needs[v] for p, v in enumerate(program.inputs) if result.needs.get(v)}
-
-
-def _reduction_chain(program: Program) -> set[int]:
-    producer, consumers = program.producers(), program.consumers()
-    out: set[int] = set()
-    for k, instr in enumerate(program.instrs):
-        if not isinstance(instr.op, ASSOCIATIVE_OPS):
-            continue
-        same = type(instr.op)
-        fed_by_same = any(
-            (p := producer.get(v)) is not None and type(program.instrs[p].op) is same
-            for v in instr.inputs
-        )
-        feeds_same = any(
-            type(program.instrs[c].op) is same for o in instr.outputs for c in consumers.get(o, ())
-        )
-        if len(instr.inputs) >= 3 or fed_by_same or feeds_same:
-            out.add(k)
-    return out
 
 
 def classify(program: Program, sensitive_outputs=(), relaxable=None) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """A graph spelled out completely and independently of the process: the key of what the
 generator keeps on disk about a graph (`as_written.guard_verdicts`: a cone's probe verdict;
-`passes.rewritten_graphs`: a function's rewritten graph).
+`passes.rewritten_graphs`: a function's rewritten graph), with the rewrites that run on it
+(`rewrites_text`).
 
 A spelling names every op by its class and its ``__props__`` (PyTensor's own identity for an
 op: what its ``__eq__`` and the merge rewrites compare), every type, every constant by its
@@ -12,11 +13,13 @@ spelled as a graph. Pure pytensor (no numba).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import types
 from collections.abc import Mapping
 
 import numpy as np
+import pytensor
 from pytensor.graph.basic import Constant
 from pytensor.graph.fg import FrozenFunctionGraph, FunctionGraph
 from pytensor.graph.traversal import io_toposort
@@ -103,4 +106,23 @@ def graph_text(inputs, outputs, depth: int = 0, *, cone: bool = False) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["NoKey", "graph_text", "plain"]
+@functools.cache
+def rewrites_text(rewriters: tuple) -> str:
+    """What rewrite databases hold: PyTensor's version and every rewrite's name."""
+    seen: list[str] = []
+
+    def walk(r):
+        seen.append(getattr(r, "name", None) or getattr(r, "__name__", None) or type(r).__qualname__)
+        for attr in ("data", "final_rewriters", "cleanup_rewriters", "global_rewriters"):
+            for sub in getattr(r, attr, None) or ():
+                walk(sub)
+        if hasattr(r, "get_node_rewriters"):
+            for sub in r.get_node_rewriters():
+                walk(sub)
+
+    for r in rewriters:
+        walk(r)
+    return f"pytensor {pytensor.__version__}\n" + "\n".join(sorted(set(map(str, seen))))
+
+
+__all__ = ["NoKey", "graph_text", "plain", "rewrites_text"]

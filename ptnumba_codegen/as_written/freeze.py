@@ -67,10 +67,12 @@ from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter, in2out, 
 from pytensor.compile.rewriting import inline_ofg_node
 from pytensor.scalar.basic import Add, Maximum, Minimum
 from pytensor.tensor.elemwise import CAReduce, Elemwise
+from pytensor.tensor.subtensor import IncSubtensor
 from pytensor.tensor.rewriting.ofg import inline_symbolic_for_fusion
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
 
 from ptnumba_codegen.passes import pass_errors
+from ptnumba_codegen.passes.rewritten_graphs import register_policy_pass
 from ptnumba_codegen.as_written.compile_once import read_inputs_once, rebuild
 from ptnumba_codegen.as_written.constant_folds import constant_nodes, fold_exact
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
@@ -106,6 +108,15 @@ INLINE_POSITION = 48.95
 # checks that the whole-graph sensitivity analysis sees through (whole_graph.TRANSPARENT_OPS,
 # PASS_FIRST_OPS: put back, a check still raises and passes its value's requirement on)
 INLINABLE_OPS = (Elemwise, *EXACT_OPS, *PASS_FIRST_OPS)
+# ops that write values into a copy of an array an inlined copy may hold -> why the node
+# computes the reference's values wherever it is compiled (the whole-graph analysis asks
+# for its inputs exact: whole_graph.COMBINING_OPS)
+INLINABLE_WRITES = {
+    IncSubtensor: "writes its update into a copy of x at basic-indexed positions (a set), or "
+    "adds each update element once to one element of x (an inc): one IEEE addition per "
+    "element, whose result no fast-math flag of PyTensor's set changes, its operands read "
+    "from memory; an HMM step filling zeros(K) with set_subtensor per state",
+}
 # reductions an inlined copy may hold over any axes -> why the kernels give the reference's bits
 INLINABLE_REDUCERS = {
     Maximum: "exact in any accumulation order (the sign of a zero: the kernels visit "
@@ -166,6 +177,10 @@ class AsWrittenPass(GraphRewriter):
 
     def __str__(self):
         return f"AsWrittenPass({self.policy!r})"
+
+
+# A sequence running the pass keeps its rewritten graph on disk, with what it leaves on it.
+register_policy_pass(AsWrittenPass, {INLINED_ATTR: "explain: the as-written copies put back into the graph"})
 
 
 # Softmax, LogSoftmax, LogSumExp, ... and their gradients: the ops PyTensor's own
@@ -463,7 +478,7 @@ def cone_op_inlinable(node) -> bool:
     `ONE_AXIS_REDUCERS` over one axis), or a symbolic op whose inner graph holds only
     those (`INLINED_SYMBOLIC_OPS`, expanded when the copy is put back): `inlinable`, one node."""
     op = node.op
-    if isinstance(op, INLINABLE_OPS):
+    if isinstance(op, INLINABLE_OPS) or type(op) in INLINABLE_WRITES:
         return True
     if isinstance(op, CAReduce):
         if isinstance(op.scalar_op, tuple(INLINABLE_REDUCERS)):

@@ -13,24 +13,22 @@ it cannot spell completely (an op without ``__props__`` holding something other 
 data or an inner graph, `analysis.graph_text`) has no key and is probed every time; a cone whose
 probe finds a change is probed every time too (the guard needs the stabilized graph).
 
-Each record holds its full key text, compared on read (a digest collision is a miss). The
-files live beside PyTensor's numba cache while it is on (`runtime.disk_cache`). Pure
-pytensor (no numba).
+Each record holds its full key text, compared on read (a digest collision is a miss). Its
+directory and format: `CACHE`, its row of `runtime.disk_cache.CACHES` (beside PyTensor's
+numba cache, while it is on). Pure pytensor (no numba).
 """
 
 from __future__ import annotations
 
-import functools
-import pickle
 from collections.abc import Callable
 
 from pytensor.graph.basic import Variable
 
-from ptnumba_codegen.analysis.graph_text import NoKey, graph_text
+from ptnumba_codegen import _version
+from ptnumba_codegen.analysis.graph_text import NoKey, graph_text, rewrites_text
 from ptnumba_codegen.runtime import disk_cache
 
-FORMAT = 2  # bump when the file layout or the key's spelling changes
-SUBDIR = "ptnumba_codegen_guard_verdicts"
+CACHE = disk_cache.GUARD_VERDICTS
 UNCHANGED = "stabilize changes nothing"
 
 
@@ -42,53 +40,25 @@ def cone_text(inputs, var: Variable) -> str | None:
         return None
 
 
-@functools.cache
-def rewrites_text(rewriters: tuple) -> str:
-    """What the probe's rewrite databases hold: PyTensor's version and every rewrite's name."""
-    import pytensor
-
-    seen: list[str] = []
-
-    def walk(r):
-        seen.append(getattr(r, "name", None) or getattr(r, "__name__", None) or type(r).__qualname__)
-        for attr in ("data", "final_rewriters", "cleanup_rewriters", "global_rewriters"):
-            for sub in getattr(r, attr, None) or ():
-                walk(sub)
-        if hasattr(r, "get_node_rewriters"):
-            for sub in r.get_node_rewriters():
-                walk(sub)
-
-    for r in rewriters:
-        walk(r)
-    return f"pytensor {pytensor.__version__}\n" + "\n".join(sorted(set(map(str, seen))))
-
-
 def _key(rewriters: tuple, text: str) -> str:
-    from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
-
-    return f"{GENERATOR_VERSION}:{GENERATOR_DIGEST}\n{rewrites_text(rewriters)}\n{text}"
-
-
-def _path(directory, key: str):
-    return directory / f"{disk_cache.digest(key)}.pkl"
+    return f"{_version.GENERATOR_VERSION}:{_version.GENERATOR_DIGEST}\n{rewrites_text(rewriters)}\n{text}"
 
 
 def probe_once(rewriters: tuple, inputs, var, probe: Callable[[], object]):
     """``probe()``'s result (None: the rewrites change nothing), read from disk when an
     earlier process found that for the same cone and rewrites (and stored when found now)."""
-    directory = disk_cache.directory(SUBDIR)
+    directory = CACHE.directory()
     text = None if directory is None else cone_text(inputs, var)
     if text is None:
         return probe()
     key = _key(rewriters, text)
-    record = disk_cache.read_record(directory, lambda d: _path(d, key), pickle.loads, FORMAT, {"text": key})
+    record = CACHE.load(directory, disk_cache.digest(key), {"text": key})
     if record is not None and record.get("verdict") == UNCHANGED:
         return None
     result = probe()
     if result is None:
-        data = {"format": FORMAT, "key": {"text": key}, "verdict": UNCHANGED}
-        disk_cache.write(_path(directory, key), pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+        CACHE.store(directory, disk_cache.digest(key), {"text": key}, verdict=UNCHANGED)
     return result
 
 
-__all__ = ["FORMAT", "SUBDIR", "UNCHANGED", "NoKey", "cone_text", "probe_once", "rewrites_text"]
+__all__ = ["CACHE", "UNCHANGED", "NoKey", "cone_text", "probe_once", "rewrites_text"]

@@ -29,6 +29,8 @@ from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
 
+from ptnumba_codegen.lowering import rules
+
 
 class PowAsWritten(ps.Pow):
     """``pow`` whose constant operands libm reads as values LLVM cannot fold (see above)."""
@@ -41,6 +43,9 @@ class PowAsWritten(ps.Pow):
 
 
 pow_as_written = PowAsWritten(ps.upcast_out_min8, name="pow_as_written")
+
+# its lowering: pow's rule, with a strict instruction's constant operands moved out of LLVM's sight
+rules.register(PowAsWritten, rules.libm_operands(rules.RULES[ps.Pow]))
 
 
 def from_constants(var) -> bool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import weakref
 from functools import cache
 
@@ -45,6 +44,7 @@ from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
 from pytensor.tensor.rewriting.elemwise import FusionOptimizer
 from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
+from ptnumba_codegen import settings
 from ptnumba_codegen.as_written.compile_once import FLAG_FREE, flag_free, flatten_copies
 from ptnumba_codegen.compact.ops import stock_class_of
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
@@ -98,11 +98,9 @@ MERGE_POSITION = 0
 # part of the compiled function: "on_demand" compiles it at the first call that needs it
 # and calls it through `python_callbacks` (a model's cold compile then leaves it out: the
 # catalogue's malaria HSGP compiled in half the CPU time, docs/benchmarks.md); "linked"
-# compiles it with the function, linked into it. PTNUMBA_CODEGEN_SLOW_PATH selects.
-SLOW_PATHS = ("on_demand", "linked")
-SLOW_PATH = os.environ.get("PTNUMBA_CODEGEN_SLOW_PATH", "on_demand")
-if SLOW_PATH not in SLOW_PATHS:
-    raise ValueError(f"PTNUMBA_CODEGEN_SLOW_PATH={SLOW_PATH!r}: allowed values are {', '.join(SLOW_PATHS)}")
+# compiles it with the function, linked into it. `settings.SLOW_PATH` selects, read at
+# each guard's funcify.
+
 # guard node (op if funcified without one) -> the symbol its compiled function calls its slow path through (on_demand)
 SLOW_PATH_SYMBOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 SLOW_PATH_FAILED = (
@@ -236,13 +234,14 @@ def _slow_path(inner_fn, key):
 def funcify_envelope_guarded(op, node=None, **kwargs):
     """The constants inside the box, else the inner graph (`EnvelopeGuarded`).
 
-    The inner graph is not part of the function (`SLOW_PATH`): the function calls it
+    The inner graph is not part of the function (`settings.SLOW_PATH`): the function calls it
     through `python_callbacks` by name, and it is compiled when a call first leaves the
     box. Outside the box every call pays a Python call on top of it."""
     import numpy as np
 
     inner_fn, key = funcify_as_written(op, node, **kwargs)
-    slots = _slow_path_slots(op) if SLOW_PATH == "on_demand" else None
+    slow_path = settings.SLOW_PATH.value()
+    slots = _slow_path_slots(op) if slow_path == "on_demand" else None
     n, k = op.n_inner, op.n_checks
     leaves = [f"i{j}" for j in range(n)]
     checks = [f"c{j}" for j in range(k)]
@@ -284,4 +283,4 @@ def funcify_envelope_guarded(op, node=None, **kwargs):
     guarded = numba_njit(fn)
     if key is None:
         return guarded, None
-    return guarded, cache_key("envelope_guarded", repr((op.bounds, op.outcomes, n, k)), SLOW_PATH, key)
+    return guarded, cache_key("envelope_guarded", repr((op.bounds, op.outcomes, n, k)), slow_path, key)

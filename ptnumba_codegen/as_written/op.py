@@ -168,7 +168,7 @@ class EnvelopeGuarded(AsWritten):
             k += nd
         return out
 
-    def infer_shape(self, fgraph, node, shapes):
+    def infer_shape(self, node, shapes):
         return self._shapes(node.inputs)
 
     def connection_pattern(self, node):

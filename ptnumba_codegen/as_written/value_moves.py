@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from pytensor.graph.basic import Constant
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out, node_rewriter
-from pytensor.tensor.basic import ExtractDiag, ScalarFromTensor
+from pytensor.tensor.basic import ExtractDiag, MakeVector, ScalarFromTensor
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
-from pytensor.tensor.rewriting import elemwise, shape, subtensor, uncanonicalize
+from pytensor.tensor.rewriting import basic, elemwise, shape, subtensor, subtensor_lift, uncanonicalize
 from pytensor.tensor.rewriting.subtensor_lift import local_extract_diag_of_alloc_diag
 from pytensor.tensor.shape import shape_padleft
 from pytensor.tensor.rewriting.basic import unconditional_constant_folding
@@ -43,6 +43,12 @@ VALUE_MOVE_REWRITES = {
     "indexing that axis with the slice's one position",
     subtensor.local_uint_constant_indices: "constant indices in the smallest unsigned "
     "dtype that holds them: the same positions",
+    basic.local_dimshuffle_alloc: "a dimshuffle of an allocated broadcast is the broadcast "
+    "of the dimshuffled value: the same elements in the same places",
+    subtensor_lift.local_subtensor_of_alloc: "an index into a broadcast (``tile(a)[i, j]``) "
+    "reads the broadcast value's elements: indexing the value itself reads the same ones",
+    subtensor_lift.local_subtensor_shape_constant: "a length the type fixes, read from a "
+    "shape: an integer constant, no value computed",
 }
 
 
@@ -58,11 +64,11 @@ def _integral(var) -> bool:
     return var.type.dtype == "bool" or var.type.dtype.startswith(("int", "uint"))
 
 
-@node_rewriter([Elemwise, ScalarFromTensor])
+@node_rewriter([Elemwise, ScalarFromTensor, MakeVector])
 def fold_index_arithmetic(fgraph, node):
     """Fold an exactly foldable op (`constant_folds.fold_exact`) on integer or boolean
-    constants (its outputs too), and the `ScalarFromTensor` reading the result as a
-    subtensor's index (a move)."""
+    constants (its outputs too), and the `ScalarFromTensor` or `MakeVector` reading the
+    results as a subtensor's index or a shape (moves)."""
     if not all(isinstance(v, Constant) for v in node.inputs):
         return None
     if not all(_integral(v) for v in (*node.inputs, *node.outputs)):

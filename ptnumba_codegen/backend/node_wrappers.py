@@ -47,9 +47,8 @@ from pytensor.link.numba.dispatch import basic as numba_basic
 
 from ptnumba_codegen.backend.ops import is_policy_op
 from ptnumba_codegen.runtime import ProcessSetting, collector
+from ptnumba_codegen.settings import NODE_WRAPPERS
 
-ENV = "PTNUMBA_CODEGEN_NODE_WRAPPERS"
-ENV_VALUES = ("direct", "pytensor")  # direct (default): `funcify_node`; pytensor: PyTensor's wrappers
 
 # the suffix of the disk-cache key of a policy graph's own function (`graph_function`)
 GRAPH_KEY_SUFFIX = "policy_graph"
@@ -142,7 +141,7 @@ def _in_stable_file(py_func):
 def _apply(choice: str, environ) -> str:
     """`SETTING`'s work: PyTensor's per-node funcify is `funcify_node` from now on."""
     if choice == "pytensor":
-        return f"PyTensor's per-node cache wrappers ({ENV}=pytensor)"
+        return f"PyTensor's per-node cache wrappers ({NODE_WRAPPERS.env}=pytensor)"
     numba_basic.numba_funcify_ensure_cache = funcify_node
     return "policy graphs call their node functions without PyTensor's cache wrappers"
 
@@ -151,5 +150,5 @@ def _undo() -> None:
     numba_basic.numba_funcify_ensure_cache = PYTENSOR_ENSURE_CACHE
 
 
-SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+SETTING = ProcessSetting(NODE_WRAPPERS, _apply, _undo)
 configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state

@@ -164,7 +164,7 @@ def _zero_other_triangle(context, builder, fty, fs, n, lower_f):
 
 
 CHOLESKY = Replica(
-    stock_op="pytensor.tensor.slinalg:Cholesky",
+    stock_op="pytensor.tensor.linalg:Cholesky",
     reason="_cholesky's overload: a numba function per input type with the work-array helpers, np.full_like "
     "and the potrf wrapper and its object-mode pointer lookup behind it; the compact one is an intrinsic "
     "inside its caller making the same copy, potrf call (by symbol) and zeroing with numba's own pieces",

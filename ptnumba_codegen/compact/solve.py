@@ -200,7 +200,7 @@ def _fortran_operand(context, builder, aty, As, transposed):
 
 
 SOLVE_TRIANGULAR = Replica(
-    stock_op="pytensor.tensor.slinalg:SolveTriangular",
+    stock_op="pytensor.tensor.linalg:SolveTriangular",
     reason="_solve_triangular's overload: a numba function per pair of operand types with a dozen overloads "
     "behind it (zeros_like, full_like, the work-array copies, the trsm wrapper and its object-mode "
     "pointer lookup); the compact one is an intrinsic inside its caller making the same checks, "

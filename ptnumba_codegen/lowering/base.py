@@ -1,6 +1,6 @@
-"""Shared vocabulary of the lowering: the typed view of one instruction, the typed
-emitter and rule, the ``Unsupported`` signal that makes a node fall back, and dtype ->
-numba type."""
+"""Shared vocabulary of the lowering: the typed view of one instruction (the rule's
+context), the typed emitter and rule, the ``Unsupported`` signal that makes a node fall
+back, and dtype -> numba type."""
 
 from __future__ import annotations
 
@@ -71,8 +71,19 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class BodyLowering:
+    """How a rule lowers an inner program (a ScalarLoop's), handed to it in its context
+    (`Typed.bodies`) by the body planner that plans the instruction: rules never import
+    the planner that uses them."""
+
+    plan: Callable[..., object]  # (program, policy, sensitive_outputs) -> planned body
+    emit: Callable[..., list]  # (context, builder, planned body, args) -> output values
+
+
+@dataclass(frozen=True)
 class Typed:
-    """The numba types one instruction is lowered with (and its policy context)."""
+    """A rule's context: the numba types one instruction is lowered with, its flags, class
+    and policy, the op itself and how to lower an inner program."""
 
     inputs: tuple[types.Type, ...]
     outputs: tuple[types.Type, ...]
@@ -80,6 +91,7 @@ class Typed:
     klass: str = ""
     policy: object = None  # the Policy; rules with inner programs plan them with it
     op: object = None  # the scalar op itself (rules that read its inner graph)
+    bodies: BodyLowering | None = None  # how its inner program is planned and emitted
 
 
 SUPPORTED_KINDS = "biuf"  # bool, signed, unsigned, float (no complex, no float16)

@@ -9,7 +9,7 @@ import numpy as np
 from llvmlite import ir
 
 from ptnumba_codegen.analysis.classify import analyze, by_class_under, relaxable_under
-from ptnumba_codegen.lowering.base import Emitter, Unsupported, numba_type
+from ptnumba_codegen.lowering.base import BodyLowering, Emitter, Unsupported, numba_type
 from ptnumba_codegen.lowering.guards import branch_guards, emission_order
 from ptnumba_codegen.lowering.lazy_branches import condition_values, emit_lazily, lazy_guards
 from ptnumba_codegen.lowering.rules import plan_by_class, plan_instr
@@ -144,6 +144,7 @@ def _plan_body(program, policy, sensitive_outputs, input_facts, once, isa) -> Pl
                 flags=instr_flags,
                 klass=klass,
                 policy=policy,
+                bodies=BODIES,
             )
         )
     emitters = _lanes_where_they_pay(_vectors_where_they_pay(emitters, once))
@@ -212,4 +213,7 @@ def _guarded(context, builder, planned, k, args, env):
     return out
 
 
-__all__ = ["PlannedBody", "Unsupported", "emit_body", "plan_body"]
+# How a rule lowers an inner program (a ScalarLoop's): as a body of its own, here.
+BODIES = BodyLowering(plan_body, emit_body)
+
+__all__ = ["BODIES", "PlannedBody", "Unsupported", "emit_body", "plan_body"]

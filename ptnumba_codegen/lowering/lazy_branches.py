@@ -21,6 +21,7 @@ from pytensor.scalar.basic import Switch
 
 from ptnumba_codegen.analysis.classify import is_transcendental
 from ptnumba_codegen.analysis.program import Program
+from ptnumba_codegen.lowering.base import numba_type
 
 # A formula: frozenset of terms (OR), each a frozenset of (condition value id, polarity)
 # literals (AND). ALWAYS is the formula with one empty term.
@@ -129,8 +130,6 @@ def condition_values(formula: frozenset) -> set[int]:
 def emit_lazily(context, builder, formula, env, dtypes, compute):
     """``compute()`` inside ``if formula``; outside, placeholders (1: no division by zero
     downstream) that the Switch consuming the results drops. Returns the results (phis)."""
-    from ptnumba_codegen.lowering.base import numba_type
-
     def is_true(c, polarity):
         v = context.is_true(builder, numba_type(dtypes[c]), env[c])
         return v if polarity else builder.not_(v)

@@ -41,11 +41,13 @@ from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 from pytensor.scalar.loop import ScalarLoop
 
-from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, Unsupported, numba_type, typing_context
+from ptnumba_codegen.flags import PYTENSOR_FLAGS
+from ptnumba_codegen.lowering.base import BodyLowering, Emitter, Rule, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
 from ptnumba_codegen.lowering.cython_calls import cython_function, plan_cython_call
 from ptnumba_codegen.lowering import formula_ir
 from ptnumba_codegen.lowering.formula_ir import formula_call
+from ptnumba_codegen.lowering.scalar_loop import plan_scalar_loop
 from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.tables import mro_lookup
 from ptnumba_codegen.lowering.formulas import (
@@ -64,7 +66,6 @@ from ptnumba_codegen.lowering.formulas import (
     _softplus_uint,
     _uint_sign,
 )
-from ptnumba_codegen.as_written.libm_operands import PowAsWritten
 from ptnumba_codegen.analysis.class_rules import FOLDED_EXP, QuotientRule, describe_bands
 from ptnumba_codegen.lowering.vecmath.class_calls import class_call, quotient_call
 from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
@@ -428,7 +429,7 @@ def in_output_dtype(rule: Rule, applies: Callable[[Typed], bool] | None = None) 
         out = t.outputs[0]
         if not isinstance(out, types.Float) or len(t.outputs) != 1 or not applies(t):
             return rule(t)
-        inner = rule(Typed((out,) * len(t.inputs), t.outputs, t.flags, t.klass, t.policy, t.op))
+        inner = rule(dataclasses.replace(t, inputs=(out,) * len(t.inputs)))
 
         def cast_first(emit_inner):
             def emit(context, builder, args, flags):
@@ -460,14 +461,6 @@ def _cython_plan(t: Typed) -> Emitter:
 
 
 _cython = Rule(_cython_plan, "cython")
-
-
-def _scalar_loop(t: Typed) -> Emitter:
-    """A ScalarLoop, emitted inline; its inner graph is planned like a kernel body (see
-    `scalar_loop`, imported here when used: it plans its body with `body`, which uses this table)."""
-    from ptnumba_codegen.lowering.scalar_loop import plan_scalar_loop
-
-    return plan_scalar_loop(t)
 
 
 def _lanes(name: str) -> Callable[[Typed], Emitter | None]:
@@ -562,7 +555,9 @@ RULES: dict[type, Rule] = {
     psm.TriGamma: vector_form(_cython, ("trigamma",), None, trigamma_formula, int_inputs=True),
     psm.Erf: vector_form(_compiled_or_in_ir(_erf), ("erf",), None, erf_formula),
     psm.Erfc: vector_form(_compiled_or_in_ir(_erfc), ("erfc",), None, erfc_formula),
-    ScalarLoop: Rule(_scalar_loop, "scalar_loop", multi_output=True),
+    # emitted inline, its inner graph planned like a kernel body by the planner in the
+    # rule's context (`Typed.bodies`)
+    ScalarLoop: Rule(plan_scalar_loop, "scalar_loop", multi_output=True),
 }
 
 def _opaque(builder: ir.IRBuilder, value):
@@ -602,7 +597,10 @@ def libm_operands(rule: Rule) -> Rule:
     return dataclasses.replace(rule, plan=plan, kind=f"{rule.kind} (libm operands)")
 
 
-RULES[PowAsWritten] = libm_operands(RULES[ps.Pow])
+def register(op_class: type, rule: Rule) -> None:
+    """``op_class``'s row of `RULES`, from the layer that defines the op (the as-written
+    pow: `as_written.libm_operands`): the lowering never imports the layers above it."""
+    RULES[op_class] = rule
 
 
 def stock_call(op):
@@ -617,8 +615,6 @@ def stock_call(op):
         from pytensor import config
         from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
         from pytensor.scalar.basic import ScalarType
-
-        from ptnumba_codegen.flags import PYTENSOR_FLAGS
 
         node = op.make_node(*[ScalarType(str(ty))() for ty in t.inputs])
         fast = set(t.flags) >= PYTENSOR_FLAGS
@@ -692,8 +688,9 @@ def find_rule(op) -> Rule:
     return stock_call(op)
 
 
-def plan_instr(op, in_dtypes, out_dtypes, *, flags=(), klass="", policy=None) -> Emitter:
-    """Plan one instruction; raises Unsupported with a readable reason."""
+def plan_instr(op, in_dtypes, out_dtypes, *, flags=(), klass="", policy=None, bodies: BodyLowering | None = None) -> Emitter:
+    """Plan one instruction; raises Unsupported with a readable reason. ``bodies``: how an
+    inner program is lowered (the body planner planning this instruction)."""
     t = Typed(
         tuple(map(numba_type, in_dtypes)),
         tuple(map(numba_type, out_dtypes)),
@@ -701,6 +698,7 @@ def plan_instr(op, in_dtypes, out_dtypes, *, flags=(), klass="", policy=None) ->
         klass,
         policy,
         op,
+        bodies,
     )
     rule = find_rule(op)
     if len(out_dtypes) != 1 and not (isinstance(rule, Rule) and rule.multi_output):

@@ -1,9 +1,10 @@
 """The rule for ``ScalarLoop`` (e.g. the series in the gradients of gammainc/betainc).
 
-The loop is emitted inline; its inner graph is a Program of its own, classified and
-planned like any kernel body. A carry that reaches the ``until`` condition (or a
-sensitive output of the loop) is strict in every iteration, so its classification is a
-fixpoint over the carries. Semantics follow the stock numba lowering: ``until`` starts
+The loop is emitted inline; its inner graph is a Program of its own, classified, planned
+and emitted like any kernel body by the body planner the rule's context hands it
+(`base.BodyLowering`). A carry that reaches the ``until`` condition (or a sensitive output
+of the loop) is strict in every iteration, so its classification is a fixpoint over the
+carries. Semantics follow the stock numba lowering: ``until`` starts
 False; a for-loop with a negative count raises ValueError.
 """
 
@@ -16,8 +17,7 @@ from pytensor.scalar.loop import ScalarLoop
 
 from ptnumba_codegen.analysis.classify import sensitive_inputs
 from ptnumba_codegen.flags import COMPARISON_SENSITIVE
-from ptnumba_codegen.lowering.body import emit_body, plan_body
-from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
+from ptnumba_codegen.lowering.base import Emitter, Typed, Unsupported, cast, numba_type
 from ptnumba_codegen.analysis.program import from_scalar_op
 
 def inner_program(op: ScalarLoop):
@@ -41,9 +41,12 @@ def loop_sensitive_outputs(op: ScalarLoop, program, outer_strict: bool) -> froze
         sensitive = grown
 
 def plan_scalar_loop(t: Typed):
+    if t.bodies is None:
+        raise Unsupported("a ScalarLoop is planned inside a body (its context has no body lowering)")
     op = t.op
     program = inner_program(op)
-    planned = plan_body(program, t.policy, loop_sensitive_outputs(op, program, t.klass == COMPARISON_SENSITIVE))
+    planned = t.bodies.plan(program, t.policy, loop_sensitive_outputs(op, program, t.klass == COMPARISON_SENSITIVE))
+    emit_body = t.bodies.emit
     n_carry = len(program.outputs) - (1 if op.is_while else 0)
     carry_in = t.inputs[1 : 1 + n_carry]
     const_in = t.inputs[1 + n_carry :]

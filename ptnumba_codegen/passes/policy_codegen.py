@@ -23,8 +23,9 @@ from ptnumba_codegen.analysis.whole_graph import (
 )
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
 from ptnumba_codegen.analysis.inferred_shapes import unknown_length_bounds
-from ptnumba_codegen.backend.plans import planner_for
+from ptnumba_codegen.backend.plans import plan_node, planner_for
 from ptnumba_codegen.compact.table import describe_rows_off
+from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.backend.scalar_scan import scan_problem
 from pytensor.scan.op import Scan
 from ptnumba_codegen.backend.ops import is_policy_op, with_policy
@@ -182,9 +183,6 @@ def scalar_scans(fgraph, policy) -> list:
 def summarize(nodes, policy) -> str:
     """'policy default: 7 kernels generated, 2 with libmvec calls, 1 fell back (...)', and the
     compact ops off in this process, with why (`compact.table.describe_rows_off`)."""
-    from ptnumba_codegen.backend.plans import plan_node
-    from ptnumba_codegen.lowering.base import Unsupported
-
     vectorized, fallbacks = 0, []
     for node in nodes:
         if isinstance(node.op, Scan):

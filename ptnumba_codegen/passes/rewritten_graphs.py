@@ -7,7 +7,7 @@ disk"). The result depends only on
 
 - the graph given to the rewrites: its ops with their properties, types, constants, how
   they connect (`analysis.graph_text`), and which inputs may be overwritten;
-- the rewrites that run: every rewrite's name (`as_written.guard_verdicts.rewrites_text`:
+- the rewrites that run: every rewrite's name (`analysis.graph_text.rewrites_text`:
   what PyTensor, PyMC or the user registered), and the policy of the generator's passes;
 - the code that runs them: the generator's version and source digest, PyTensor's, PyMC's,
   numba's and NumPy's versions; the linker the function is compiled for; every PyTensor
@@ -17,11 +17,12 @@ and on what the passes read from the process (`PROCESS_FACTS`: the thread pools 
 yield to), which is checked after a hit instead (it may change while the passes run).
 
 `CachedRewriteSequence` is the class of every rewrite sequence PyTensor's ``optdb``
-builds (`modes.py` sets it). A sequence that does not run a policy pass (stock modes)
-is PyTensor's own, unchanged. One that does spells all of the above; on a hit it puts
-the stored graph in place of the given one's outputs (same inputs, validated by the
-graph's features as any replacement is) and skips the rewrites, on a miss it rewrites and
-stores the result. What the passes leave on the graph besides its nodes
+builds (`modes.py` sets it). A sequence that does not run a policy pass (`POLICY_PASSES`:
+the kernels' pass, and those a higher layer registers with `register_policy_pass`, the
+as-written pass among them) is PyTensor's own, unchanged. One that does spells all of the
+above; on a hit it puts the stored graph in place of the given one's outputs (same inputs,
+validated by the graph's features as any replacement is) and skips the rewrites, on a miss
+it rewrites and stores the result. What the passes leave on the graph besides its nodes
 (`CARRIED_ATTRIBUTES`) is stored and restored with it, and what they set up in the process
 (`policy_codegen.prepare_process`) runs on a hit too. What they log at INFO (each pass's
 summary) is kept with the graph and logged again on a hit; a graph stored by a process
@@ -29,7 +30,8 @@ that did not log at INFO is rewritten again by one that does (its summaries are 
 
 Nothing is kept, and every rewrite runs as before, when:
 
-- ``PTNUMBA_CODEGEN_REWRITTEN_GRAPHS=off`` (``on``, the default, keeps);
+- ``PTNUMBA_CODEGEN_REWRITTEN_GRAPHS=off`` (``on``, the default, keeps; read at each
+  compile: `settings.REWRITTEN_GRAPHS`);
 - PyTensor's numba cache is off (`runtime.disk_cache`: the files live beside it);
 - the graph cannot be spelled completely (`NoKey`);
 - PyTensor is profiling the rewrites (``profile``, ``profile_optimizer``: a profile of
@@ -55,37 +57,53 @@ import logging
 import os
 import pickle
 import sys
+from collections.abc import Mapping
 
+import numba
+import numpy
+import pytensor
+from pytensor import config
 from pytensor.compile.builders import OpFromGraph
+from pytensor.configparser import config_files_from_pytensorrc
+from pytensor.graph.basic import clone_get_equiv
 from pytensor.graph.fg import Output
 from pytensor.graph.rewriting.basic import SequentialGraphRewriter
+from pytensor.graph.traversal import io_toposort
 
-from ptnumba_codegen.analysis.graph_text import NoKey, graph_text
-from ptnumba_codegen.as_written.freeze import INLINED_ATTR, AsWrittenPass
-from ptnumba_codegen.as_written.guard_verdicts import rewrites_text
+from ptnumba_codegen import _version
+from ptnumba_codegen.analysis.graph_text import NoKey, graph_text, rewrites_text
 from ptnumba_codegen.passes import pass_errors
 from ptnumba_codegen.passes.policy_codegen import PolicyCodegen, prepare_process
 from ptnumba_codegen.policy import PolicyError, load_policy
 from ptnumba_codegen.runtime import collector, disk_cache, pools
+from ptnumba_codegen.settings import REWRITTEN_GRAPHS
 
 log = logging.getLogger("ptnumba_codegen")
 
-FORMAT = 2  # bump when the record's layout or the key's spelling changes
-SUBDIR = "ptnumba_codegen_rewritten_graphs"
-POLICY_PASSES = (AsWrittenPass, PolicyCodegen)  # a sequence running one of these is cached
-# What the policy's passes leave on the function graph besides its nodes, with its reader.
-CARRIED_ATTRIBUTES = {
-    INLINED_ATTR: "explain: the as-written copies put back into the graph",
-}
+CACHE = disk_cache.REWRITTEN_GRAPHS
+# The passes whose sequences are kept: the kernels' pass, and those a higher layer
+# registers (`register_policy_pass`: the as-written pass, `as_written.freeze`).
+POLICY_PASSES: list[type] = [PolicyCodegen]
+# What the policy's passes leave on the function graph besides its nodes, with its reader
+# (registered with the pass that leaves it).
+CARRIED_ATTRIBUTES: dict[str, str] = {}
+
+
+def register_policy_pass(pass_class: type, carried: Mapping[str, str] | None = None) -> None:
+    """Keep the sequences that run ``pass_class`` too, with the attributes it leaves on the
+    function graph (``carried``: attribute -> who reads it)."""
+    if pass_class not in POLICY_PASSES:
+        POLICY_PASSES.append(pass_class)
+    CARRIED_ATTRIBUTES.update(carried or {})
+
+
+def _is_policy_pass(r) -> bool:
+    return isinstance(r, tuple(POLICY_PASSES))
+
+
 # Config flags not in the key: ``mode`` is the compiling Mode object while rewriting
 # (its linker is in the key as ``linker``).
 CONFIG_NOT_IN_KEY = frozenset({"mode"})
-
-# PTNUMBA_CODEGEN_REWRITTEN_GRAPHS=off rewrites every time (to measure what keeping saves).
-SWITCH_VALUES = ("on", "off")
-SWITCH = os.environ.get("PTNUMBA_CODEGEN_REWRITTEN_GRAPHS", "on")
-if SWITCH not in SWITCH_VALUES:
-    raise ValueError(f"PTNUMBA_CODEGEN_REWRITTEN_GRAPHS={SWITCH!r}: allowed values are {', '.join(SWITCH_VALUES)}")
 
 
 def _yields(sequence, fgraph) -> str:
@@ -135,14 +153,8 @@ STATS = {"hits": 0, "stored": 0}  # this process's, for tests and the compile br
 
 
 def _versions() -> str:
-    import numba
-    import numpy
-    import pytensor
-
-    from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
-
     pymc = sys.modules.get("pymc")
-    return (f"generator {GENERATOR_VERSION}:{GENERATOR_DIGEST} pytensor {pytensor.__version__} "
+    return (f"generator {_version.GENERATOR_VERSION}:{_version.GENERATOR_DIGEST} pytensor {pytensor.__version__} "
             f"numba {numba.__version__} numpy {numpy.__version__} "
             f"pymc {getattr(pymc, '__version__', None)}")
 
@@ -152,9 +164,6 @@ def _config_text() -> str:
     detection, the C++ compiler) and not read yet is spelled ``unread`` (reading it here
     would cost a warm compile what the rewrites may never ask for): what sets it then is
     in the key instead, ``PYTENSOR_FLAGS`` and the ``.pytensorrc`` files."""
-    from pytensor import config
-    from pytensor.configparser import config_files_from_pytensorrc
-
     lines = [f"env PYTENSOR_FLAGS={os.environ.get('PYTENSOR_FLAGS')!r}"]
     lines += [f"rc {rc} {disk_cache.file_digest(str(rc))}" for rc in config_files_from_pytensorrc()]
     for name in sorted(n for n in config._config_var_dict if n not in CONFIG_NOT_IN_KEY):
@@ -174,7 +183,7 @@ def _spelled(r) -> str:
     """A rewrite of the sequence by its registered name; one a Mode added itself by its
     class, and a policy pass with its policy's name and digest too."""
     name = f"{type(r).__module__}.{type(r).__qualname__}" if _is_extra(r) else getattr(r, "name", None)
-    if isinstance(r, POLICY_PASSES):
+    if _is_policy_pass(r):
         policy = load_policy(r.policy)
         name += (f" policy={policy.name}:{policy.digest} kinds={getattr(r, 'kinds', None)} "
                  f"pools={getattr(r, 'outer_pools', None)}")
@@ -183,11 +192,9 @@ def _spelled(r) -> str:
 
 def graph_key(sequence: CachedRewriteSequence, fgraph) -> str | None:
     """The full text the rewritten graph is stored under, or None (nothing kept)."""
-    from pytensor import config
-
-    if SWITCH == "off" or config.profile or config.profile_optimizer or getattr(fgraph, "profile", None):
+    if REWRITTEN_GRAPHS.value() == "off" or config.profile or config.profile_optimizer or getattr(fgraph, "profile", None):
         return None
-    if disk_cache.directory(SUBDIR) is None:
+    if CACHE.directory() is None:
         return None
     outputs = list(fgraph.outputs)
     supervisor = getattr(fgraph, "_supervisor", None)
@@ -197,13 +204,13 @@ def graph_key(sequence: CachedRewriteSequence, fgraph) -> str | None:
     try:
         text = graph_text(fgraph.inputs, outputs)
         return "\n".join([
-            f"format {FORMAT}",
+            f"format {CACHE.format}",
             _versions(),
             f"linker {None if linker is None else f'{linker.__module__}.{linker.__qualname__}'}",
             "protected " + ",".join(str(k) for k, v in enumerate(fgraph.inputs) if v in protected),
             "features " + ",".join(sorted(type(f).__qualname__ for f in fgraph._features)),
             "sequence " + "\n".join(map(_spelled, sequence.data)),
-            rewrites_text(tuple(r for r in sequence.data if not _is_extra(r) and not isinstance(r, POLICY_PASSES))),
+            rewrites_text(tuple(r for r in sequence.data if not _is_extra(r) and not _is_policy_pass(r))),
             _config_text(),
             text,
         ])
@@ -214,14 +221,9 @@ def graph_key(sequence: CachedRewriteSequence, fgraph) -> str | None:
         return None
 
 
-def _path(directory, key: str):
-    return directory / f"{disk_cache.digest(key)}.pkl"
-
-
 def load(key: str):
     """The record stored under ``key`` (None: a miss)."""
-    directory = disk_cache.directory(SUBDIR)
-    return disk_cache.read_record(directory, lambda d: _path(d, key), pickle.loads, FORMAT, {"text": key})
+    return CACHE.load(CACHE.directory(), disk_cache.digest(key), {"text": key})
 
 
 def _any_pass_error(fgraph, depth: int = 0) -> bool:
@@ -263,23 +265,21 @@ def store(key: str, fgraph, sequence, messages) -> bytes | None:
     """Keep ``fgraph``'s rewritten graph under ``key`` (its inputs as placeholders: a shared
     variable's value is not stored) with what the passes logged (`_Summaries`). The record
     kept, or None when nothing was."""
-    directory = disk_cache.directory(SUBDIR)
+    directory = CACHE.directory()
     if directory is None or _any_pass_error(fgraph):
         return None
-    from pytensor.graph.basic import clone_get_equiv
-
     try:
         placeholders = [v.type() for v in fgraph.inputs]
         equiv = clone_get_equiv(fgraph.inputs, fgraph.outputs, copy_inputs=False, copy_orphans=False,
                                 memo=dict(zip(fgraph.inputs, placeholders, strict=True)))
         graph = (placeholders, [equiv[o] for o in fgraph.outputs])
         carried = {a: getattr(fgraph, a) for a in CARRIED_ATTRIBUTES if hasattr(fgraph, a)}
-        data = _dumps({"format": FORMAT, "key": {"text": key}, "graph": graph, "carried": carried,
-                       "facts": process_facts(sequence, fgraph), "messages": messages})
+        data = _dumps(CACHE.record({"text": key}, graph=graph, carried=carried,
+                                   facts=process_facts(sequence, fgraph), messages=messages))
     except Exception as err:  # noqa: BLE001  an op that does not pickle: rewritten every time
         log.debug("ptnumba_codegen: rewritten graph not kept (%s: %s)", type(err).__name__, err)
         return None
-    if disk_cache.write(_path(directory, key), data):
+    if CACHE.write(directory, disk_cache.digest(key), data):
         STATS["stored"] += 1
         return data
     return None
@@ -297,8 +297,6 @@ def install(fgraph, record, sequence) -> bool:
     if any(p.type != v.type for p, v in zip(placeholders, fgraph.inputs, strict=True)):
         return False
     to_input = dict(zip(placeholders, fgraph.inputs, strict=True))
-    from pytensor.graph.traversal import io_toposort
-
     for node in io_toposort(placeholders, outputs):  # fresh objects of this load: rewire them
         node.inputs = [to_input.get(v, v) for v in node.inputs]
     new_outputs = [to_input.get(v, v) for v in outputs]
@@ -338,7 +336,7 @@ class CachedRewriteSequence(SequentialGraphRewriter):
     """PyTensor's rewrite sequence; one that runs a policy pass keeps its result on disk."""
 
     def apply(self, fgraph, *args, **kwargs):
-        if not any(isinstance(r, POLICY_PASSES) for r in self.data):
+        if not any(_is_policy_pass(r) for r in self.data):
             return super().apply(fgraph, *args, **kwargs)
         collector.configure()
         with collector.postponed_while():
@@ -367,5 +365,5 @@ class CachedRewriteSequence(SequentialGraphRewriter):
         return result
 
 
-__all__ = ["CARRIED_ATTRIBUTES", "FORMAT", "POLICY_PASSES", "STATS", "SUBDIR", "CachedRewriteSequence",
-           "graph_key", "install", "load", "store"]
+__all__ = ["CACHE", "CARRIED_ATTRIBUTES", "POLICY_PASSES", "STATS", "CachedRewriteSequence",
+           "graph_key", "install", "load", "register_policy_pass", "store"]

@@ -23,9 +23,8 @@ import ctypes
 import ctypes.util
 
 from ptnumba_codegen.runtime import ProcessSetting
+from ptnumba_codegen.settings import MALLOC
 
-ENV = "PTNUMBA_CODEGEN_MALLOC"
-ENV_VALUES = ("keep", "system")  # keep (default): SETTINGS; system: glibc's own behaviour
 
 MIB = 1 << 20
 
@@ -79,7 +78,7 @@ def _apply(choice: str, environ) -> str:
     user = _user_chose(environ)
     glibc = _glibc()
     if choice == "system":
-        return f"glibc's own malloc thresholds ({ENV}=system)"
+        return f"glibc's own malloc thresholds ({MALLOC.env}=system)"
     if user is not None:
         return f"malloc settings left to the user ({user})"
     if glibc is None:
@@ -93,5 +92,5 @@ def _apply(choice: str, environ) -> str:
     return f"glibc {version} malloc: {', '.join(done)} (freed intermediates kept for the next call)"
 
 
-SETTING = ProcessSetting(ENV, ENV_VALUES, _apply)
+SETTING = ProcessSetting(MALLOC, _apply)
 configure, state = SETTING.configure, SETTING.state

@@ -29,10 +29,9 @@ from numba.core.pythonapi import _boxers
 from numba.np import numpy_support
 
 from ptnumba_codegen.runtime import ProcessSetting
+from ptnumba_codegen.settings import BOXING
 
 
-ENV = "PTNUMBA_CODEGEN_BOXING"
-ENV_VALUES = ("environment", "numba")  # environment (default): `box_array`; numba: numba's own
 
 NUMBA_BOX_ARRAY = numba_boxing.box_array  # numba's boxer (registered for types.Array), restored by `restore`
 
@@ -58,7 +57,7 @@ def box_array(typ, val, c):
 def _apply(choice: str, environ) -> str:
     """`SETTING`'s work: arrays boxed with `box_array` from now on."""
     if choice == "numba":
-        return f"numba's array boxing ({ENV}=numba)"
+        return f"numba's array boxing ({BOXING.env}=numba)"
     _boxers.functions[types.Array] = box_array
     return "arrays boxed with their Python type from the environment (no numba_unpickle per call)"
 
@@ -67,5 +66,5 @@ def _undo() -> None:
     _boxers.functions[types.Array] = NUMBA_BOX_ARRAY
 
 
-SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+SETTING = ProcessSetting(BOXING, _apply, _undo)
 configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state

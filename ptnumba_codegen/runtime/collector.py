@@ -34,9 +34,8 @@ import weakref
 from numba.core import event
 
 from ptnumba_codegen.runtime import ProcessSetting
+from ptnumba_codegen.settings import GC
 
-ENV = "PTNUMBA_CODEGEN_GC"
-ENV_VALUES = ("postpone", "python")  # postpone (default): `FullCollectionsPostponed`; python: Python's own
 
 # while numba compiles, a full collection is considered only after this many times the
 # young-generation collections Python's threshold asks for, counted from the compile's
@@ -158,7 +157,7 @@ def _apply(choice: str, environ) -> str:
     """`SETTING`'s work: full collections postponed during numba's compiles from now on."""
     global _listener
     if choice == "python":
-        return f"Python's garbage collection thresholds during numba's compiles ({ENV}=python)"
+        return f"Python's garbage collection thresholds during numba's compiles ({GC.env}=python)"
     _listener = FullCollectionsPostponed()
     event.register("numba:compile", _listener)
     return "full garbage collections postponed while numba compiles"
@@ -171,5 +170,5 @@ def _undo() -> None:
         _listener = None
 
 
-SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+SETTING = ProcessSetting(GC, _apply, _undo)
 configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state

@@ -48,11 +48,10 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 from ptnumba_codegen.runtime import ProcessSetting
+from ptnumba_codegen.settings import MACHINE_CODE
 from ptnumba_codegen.runtime.own_copies import local_copies
 from ptnumba_codegen.runtime.symbol_calls import called_by_symbol, mark_process_specific
 
-ENV = "PTNUMBA_CODEGEN_MACHINE_CODE"
-ENV_VALUES = ("on_demand", "always")  # on_demand (default): `OnDemandLibrary`; always: `OwnCopiesLibrary`
 
 # a function named so is an entry point whose address numba takes as soon as the library is
 # compiled (`get_executable`: the CPython wrapper a dispatcher calls). A C-callable wrapper
@@ -185,7 +184,7 @@ def _apply(choice: str, environ) -> str:
     codegen = cpu_target.target_context.codegen()
     if choice == "always":
         codegen._library_class = OwnCopiesLibrary
-        return f"numba's finalization, machine code for every library ({ENV}=always)"
+        return f"numba's finalization, machine code for every library ({MACHINE_CODE.env}=always)"
     codegen._library_class = OnDemandLibrary
     codegen.set_env = functools.partial(_set_env, codegen)
     return "machine code on demand for libraries without an entry point"
@@ -197,5 +196,5 @@ def _undo() -> None:
     codegen.__dict__.pop("set_env", None)
 
 
-SETTING = ProcessSetting(ENV, ENV_VALUES, _apply, _undo)
+SETTING = ProcessSetting(MACHINE_CODE, _apply, _undo)
 configure, restore, state = SETTING.configure, SETTING.restore, SETTING.state

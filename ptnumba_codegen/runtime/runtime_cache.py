@@ -10,21 +10,18 @@ other modules link against) and loaded with ``codegen.unserialize_library``; its
 symbols (numba's ``numba_parallel_for``, the gate, libgomp's ``omp_in_parallel``) are
 resolved when it is loaded, in this process, as for a fresh compile. A file that is
 missing, unreadable, malformed or for another key is a miss: the caller compiles and
-rewrites it. Where the files live, and when: `disk_cache`.
+rewrites it. Its directory and format: `CACHE`, its row of `disk_cache.CACHES`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 from ptnumba_codegen.runtime import disk_cache
 
-FORMAT = 1
-SUBDIR = "ptnumba_codegen_runtime"
+CACHE = disk_cache.CHUNK_RUNTIME
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,10 @@ class RuntimeKey:
     toolchain: str  # numba, llvmlite and LLVM versions
 
     def digest(self) -> str:
-        return disk_cache.digest(json.dumps(dataclasses.asdict(self), sort_keys=True))
+        return disk_cache.key_digest(self)
+
+    def file_name(self) -> str:
+        return f"runtime-{self.digest()}"
 
 
 def runtime_key(generator: str, with_blas: bool) -> RuntimeKey:
@@ -61,12 +61,12 @@ def runtime_key(generator: str, with_blas: bool) -> RuntimeKey:
 
 
 def path_for(directory: Path, key: RuntimeKey) -> Path:
-    return directory / f"runtime-{key.digest()}.pkl"
+    return CACHE.path(directory, key.file_name())
 
 
 def load(directory: Path | None, key: RuntimeKey, codegen):
     """The library stored for ``key``, loaded into ``codegen``; None on any miss."""
-    record = disk_cache.read_record(directory, lambda d: path_for(d, key), pickle.loads, FORMAT, dataclasses.asdict(key))
+    record = CACHE.load(directory, key.file_name(), dataclasses.asdict(key))
     if record is None:
         return None
     try:
@@ -86,8 +86,7 @@ def store(directory: Path | None, key: RuntimeKey, library) -> bool:
         state = library.serialize_using_object_code()
     except Exception:
         return False
-    record = {"format": FORMAT, "key": dataclasses.asdict(key), "library": state}
-    return disk_cache.write(path_for(directory, key), pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+    return CACHE.store(directory, key.file_name(), dataclasses.asdict(key), library=state)
 
 
-__all__ = ["FORMAT", "SUBDIR", "RuntimeKey", "load", "path_for", "runtime_key", "store"]
+__all__ = ["CACHE", "RuntimeKey", "load", "path_for", "runtime_key", "store"]

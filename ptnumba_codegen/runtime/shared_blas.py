@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 
 from llvmlite import binding as llvm
 
-ENV = "PTNUMBA_CODEGEN_SHARE_BLAS"
+from ptnumba_codegen.runtime.pools import set_shared
+from ptnumba_codegen.settings import SHARE_BLAS
+
 SETTERS = ("scipy_openblas_set_threads_callback_function", "openblas_set_threads_callback_function")
 
 # An armed installation, [setter, callback] (or nulls): the split runtime calls
@@ -73,10 +74,15 @@ def _scipy_openblas():
     return None
 
 
+def sharing_wanted() -> bool:
+    """Whether the process lets its OpenBLAS jobs run on numba's threads (`SHARE_BLAS`)."""
+    return SHARE_BLAS.value() == "1"
+
+
 def share_blas_pool(callback_address: int) -> bool:
     """Run OpenBLAS's parallel jobs through ``callback_address`` from the process's first
     split loop on (armed now, installed by the runtime then); False if it cannot."""
-    if os.environ.get(ENV, "1") == "0":
+    if not sharing_wanted():
         return False
     if _STATE.get("path"):
         return True
@@ -131,6 +137,4 @@ def blas_pool_shared() -> bool:
 
 
 def _mark(shared: bool) -> None:
-    from ptnumba_codegen.runtime.pools import set_shared
-
     set_shared("OpenBLAS", shared)

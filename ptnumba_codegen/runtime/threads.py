@@ -46,8 +46,8 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
-from ptnumba_codegen.runtime import disk_cache, runtime_cache
-from ptnumba_codegen.runtime.shared_blas import PENDING_SYMBOL, share_blas_pool, unshare_in_child
+from ptnumba_codegen.runtime import runtime_cache
+from ptnumba_codegen.runtime.shared_blas import PENDING_SYMBOL, share_blas_pool, sharing_wanted, unshare_in_child
 
 GATE_SYMBOL = "ptnumba_codegen_parallel_gate"
 # The LLVM symbols keep their first names (every chunked kernel's IR calls them, and
@@ -140,6 +140,7 @@ def ensure_threading() -> bool:
     """Load numba's threading layer and compile the helper once; False if either fails
     (loops then stay on the calling thread)."""
     if "ok" not in _STATE:
+        blas_shared = sharing_wanted()  # read before the try: a typo in its switch raises
         try:
             from numba.np.ufunc.parallel import _launch_threads
 
@@ -153,7 +154,7 @@ def ensure_threading() -> bool:
             for symbol in (TRY_CHUNKS, RECORD):
                 llvm.add_symbol(symbol, _STATE["library"].get_pointer_to_function(symbol))
             _STATE["ok"] = True
-            if with_blas:
+            if with_blas and blas_shared:
                 share_blas_pool(_STATE["library"].get_pointer_to_function(BLAS_CALLBACK))
         except Exception as err:  # no usable threading layer: say so once, stay correct
             logging.getLogger("ptnumba_codegen").warning(
@@ -359,7 +360,7 @@ def _compile_runtime(with_blas: bool):
 
     codegen = cpu_target.target_context.codegen()
     key = runtime_cache.runtime_key(f"{GENERATOR_VERSION}:{GENERATOR_DIGEST}", with_blas)
-    directory = disk_cache.directory(runtime_cache.SUBDIR)
+    directory = runtime_cache.CACHE.directory()
     with global_compiler_lock:
         library = runtime_cache.load(directory, key, codegen)
         if library is None:

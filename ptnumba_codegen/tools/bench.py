@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import ptnumba_codegen
+from ptnumba_codegen import GENERATOR_VERSION
+from ptnumba_codegen.tools import catalogue_bench, modelbench
 from ptnumba_codegen.tools import workloads as wl
 
 log = logging.getLogger("ptnumba_codegen.tools.bench")
@@ -349,8 +352,6 @@ def table(results, workloads, backends, *, n, per_call_n, compile_time, clock="w
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, (h, _) in enumerate(cols)]
     lines = []
     shape_note = f"n={n:g} (matrix workloads: {wl.WORKLOADS['softmax'].shape(n)[0]}x{wl.WORKLOADS['softmax'].shape(n)[1]})"
-    from ptnumba_codegen import GENERATOR_VERSION
-
     lines.append(
         f"# median ms per call ({clock} clock), {shape_note}; ratios < 1 mean faster than "
         f"stock_fast; generator {GENERATOR_VERSION}"
@@ -387,8 +388,6 @@ def slower_than_baseline(results, threshold=0.10) -> list[tuple[str, float, floa
 def to_json(results, args, backends) -> dict:
     import numba
     import pytensor
-
-    import ptnumba_codegen
 
     return {
         "meta": {
@@ -485,7 +484,7 @@ def parse_args(argv):
     p.add_argument("--n", type=float, default=1_000_000, help="elements per input (matrix workloads: n/1000 rows x 1000); default 1e6")
     p.add_argument("--group", default="all", choices=[*wl.GROUPS, "all", "pymc", "catalogue"], help="workload group (default all); pymc: the PyMC model benchmark, one process per backend, with its own options (see `bench --group pymc --help`); catalogue: PyMC's model catalogue (`bench --group catalogue --catalogue PATH --help`)")
     p.add_argument("--workloads", default=None, help="comma-separated workload keys or labels: " + ",".join(wl.WORKLOADS))
-    p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: " + ",".join(b for b in wl.EXTRA_BACKENDS if b != "jax"))
+    p.add_argument("--backends", default=None, help="comma-separated backends (default: " + ",".join(wl.BACKENDS) + " + jax if importable); also: " + ",".join(b for b in wl.EXTRA_BACKENDS if b != "jax") + ", policy_FILE.toml (a policy file)")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if importable")
     p.add_argument("--repeat", type=int, default=48, help="interleaved timing samples per backend, spread over the copies (default 48; 4x that at --per-call-n)")
     p.add_argument("--copies", type=int, default=2, help="separately compiled copies per backend, timed in turn (default 2)")
@@ -522,12 +521,8 @@ def _group_of(argv) -> str | None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if _group_of(argv) == "pymc":  # the PyMC model benchmark has its own runner and options
-        from ptnumba_codegen.tools import modelbench
-
         return modelbench.main(argv)
     if _group_of(argv) == "catalogue":  # PyMC's model catalogue, also its own runner
-        from ptnumba_codegen.tools import catalogue_bench
-
         return catalogue_bench.main(argv)
     args = parse_args(argv)
     logging.basicConfig(
@@ -553,9 +548,9 @@ def main(argv=None) -> int:
         return 2
     if args.backends:
         backends = tuple(s.strip() for s in args.backends.split(",") if s.strip())
-        unknown = [b for b in backends if b not in wl.ALL_BACKENDS]
+        unknown = [b for b in backends if not wl.known_backend(b)]
         if unknown:
-            print(f"error: unknown backend(s) {unknown}; known: {wl.ALL_BACKENDS}", file=sys.stderr)
+            print(f"error: unknown backend(s) {unknown}; known: {wl.ALL_BACKENDS} or policy_FILE.toml", file=sys.stderr)
             return 2
         if "jax" in backends and not wl.jax_available():
             log.warning("jax is not importable: leaving the jax backend out")

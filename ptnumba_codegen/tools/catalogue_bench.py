@@ -65,7 +65,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ptnumba_codegen._version import GENERATOR_DIGEST
+import ptnumba_codegen
+from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
 from ptnumba_codegen.tools import modelbench as mb
 from ptnumba_codegen.tools import workloads as wl
 
@@ -259,8 +260,6 @@ def nutpie_run(root, entry: CatalogueModel, form: str, backend: str, seed: int, 
     if backend in ("c", "stock_strict"):
         return {"nutpie_status": f"n/a: nutpie has no {backend} backend"}
     import nutpie
-
-    import ptnumba_codegen
 
     model, _ = build(root, entry, form)
     policy = wl.backend_policy(backend)
@@ -598,8 +597,6 @@ def table(res: Results, form: str, *, nutpie: bool = False) -> str:
     def line(vals):
         return "  ".join(v.ljust(w) if i in (0, 1, len(head) - 1) else v.rjust(w)
                          for i, (v, w) in enumerate(zip(vals, widths, strict=True))).rstrip()
-
-    from ptnumba_codegen import GENERATOR_VERSION
 
     out = [f"# catalogue, {form} form: compile seconds (cold: empty cache; warm: second process on "
            f"its cache), us per call (median, fastest), ratios of medians, error vs C; generator {GENERATOR_VERSION}",

@@ -8,6 +8,9 @@ import warnings
 
 import numpy as np
 
+import ptnumba_codegen
+from ptnumba_codegen.tools import bench
+
 
 def seed_graph():
     """``([x, y, z, w, b], grad(minimum(x*y*z*w, b).sum(), x))`` (../shared/seeds/000)."""
@@ -32,8 +35,6 @@ def seed_example() -> list[tuple[str, float]]:
     import pytensor
     from pytensor.compile.mode import Mode
 
-    import ptnumba_codegen
-
     (x, y, z, w, b), gx = seed_graph()
     xv, yv, zv, wv, bv = seed_values()
     rows = []
@@ -55,8 +56,6 @@ def main(argv=None) -> int:
     for label, value in seed_example():
         print(f"  {label:40s} {value!r}")
     print("\nSpeed, 1e6 float64 (median ms; ratios vs stock numba fastmath; one process):", flush=True)
-    from ptnumba_codegen.tools import bench
-
     return bench.main(
         [
             "--workloads", "fma,exp_fma,normal_logp,grad_minimum,sum",

@@ -48,6 +48,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import ptnumba_codegen
+from ptnumba_codegen import GENERATOR_VERSION
+from ptnumba_codegen.analysis.classify import is_transcendental
+from ptnumba_codegen.backend.ops import is_policy_op
+from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.explain import inner_graphs
+from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.tools import models as model_catalogue
 from ptnumba_codegen.tools import workloads as wl
 
@@ -148,8 +155,6 @@ def compile_model(model, backend: str, seed: int, *, cache: bool = False) -> Com
 def policy_nodes(fn, backend: str) -> int:
     """How many policy kernels the compiled ``fn`` has; a ``policy_*`` backend without any
     raises (the rewrite did not reach the graph)."""
-    from ptnumba_codegen.backend.ops import is_policy_op
-
     nodes = sum(is_policy_op(node.op) for node in fn.maker.fgraph.toposort())
     if backend.startswith("policy_") and not nodes:
         raise RuntimeError(f"{backend}: the policy rewrite did not reach the compiled graph")
@@ -194,8 +199,6 @@ def worker(model_name: str, n: int, backend: str, *, seed: int, seconds: float, 
     """Build, compile, warm up and time one cell; the JSON-ready record the parent reads."""
     import numba
     import pytensor
-
-    import ptnumba_codegen
 
     rec = {"model": model_name, "n": n, "backend": backend, "seed": seed, "pid": os.getpid()}
     try:
@@ -461,8 +464,6 @@ def table(res: Results, n: int, rounds: int) -> str:
         return "  ".join(v.ljust(w) if i == 0 or i == len(cols) - 1 else v.rjust(w)
                          for i, (v, w) in enumerate(zip(vals, widths))).rstrip()
 
-    from ptnumba_codegen import GENERATOR_VERSION
-
     out = [
         f"# n = {n:,} rows: median ms per logp+dlogp call, {rounds} round(s), each backend in its own "
         f"process; generator {GENERATOR_VERSION}",
@@ -574,12 +575,6 @@ def lowering_rows(fn, rows_at_least: int = 1) -> tuple[list[tuple], list[str], C
     shape not known statically), i.e. it runs over the data rather than the parameters.
     Also the nodes that fell back to the stock kernel, and a count of the nodes the
     generator does not own (views and shape bookkeeping left out)."""
-    from ptnumba_codegen.analysis.classify import is_transcendental
-    from ptnumba_codegen.explain import inner_graphs
-    from ptnumba_codegen.backend.plans import plan_node
-    from ptnumba_codegen.lowering.base import Unsupported
-    from ptnumba_codegen.backend.ops import is_policy_op
-
     rows, fallbacks, others = [], [], Counter()
     for _, graph in inner_graphs(fn.maker.fgraph):
         for node in graph.toposort():
@@ -692,8 +687,6 @@ def explain_model(model, rows_at_least: int = 1) -> tuple[dict, object]:
 
 
 def run_explain(opts) -> str:
-    import ptnumba_codegen
-
     catalogue = model_catalogue.load_models(opts.models_from)
     n = min(opts.sizes)
     summaries, full = {}, []

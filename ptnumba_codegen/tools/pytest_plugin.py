@@ -42,7 +42,14 @@ import os
 
 import pytest
 
-from ptnumba_codegen.policy import ENV_VAR
+import ptnumba_codegen
+from ptnumba_codegen.as_written import freeze as as_written
+from ptnumba_codegen.as_written import op as as_written_op
+from ptnumba_codegen.backend import fallbacks
+from ptnumba_codegen.backend import ops
+from ptnumba_codegen.passes import policy_codegen as rewrite
+from ptnumba_codegen.policy import ENV_VAR, PolicyError
+from ptnumba_codegen.settings import POLICY
 
 # pytensor was imported (by ptnumba_codegen) just before this line: what it parsed.
 _FLAGS_AT_IMPORT = os.environ.get("PYTENSOR_FLAGS", "")
@@ -73,12 +80,6 @@ def pytest_addoption(parser):
 
 def _install_counters() -> None:
     """Count replaced nodes and stock fallbacks (best effort: skipped if the API moved)."""
-    from ptnumba_codegen.as_written import freeze as as_written
-    from ptnumba_codegen.as_written import op as as_written_op
-    from ptnumba_codegen.backend import fallbacks
-    from ptnumba_codegen.backend import ops
-    from ptnumba_codegen.passes import policy_codegen as rewrite
-
     is_policy_op = ops.is_policy_op
     cls = rewrite.PolicyCodegen
     if not getattr(cls.apply, "_ptnumba_counted", False):
@@ -114,7 +115,7 @@ def _install_counters() -> None:
 def _policy_source(config) -> str:
     if config.getoption("ptnumba_policy", default=None):
         return "--ptnumba-policy"
-    return f"${ENV_VAR}" if os.environ.get(ENV_VAR) else "built-in default"
+    return f"${ENV_VAR}" if POLICY.value() else "built-in default"
 
 
 def reapply_pytensor_flags(before: str) -> list[str]:
@@ -143,9 +144,6 @@ def reapply_pytensor_flags(before: str) -> list[str]:
 
 
 def pytest_configure(config):
-    import ptnumba_codegen
-    from ptnumba_codegen.policy import PolicyError
-
     option = config.getoption("ptnumba_policy", default=None)
     if option:
         os.environ[ENV_VAR] = option  # also inherited by xdist workers started later
@@ -169,8 +167,6 @@ def pytest_report_header(config):
     import llvmlite
     import numba
     import pytensor
-
-    import ptnumba_codegen
 
     policy = config._ptnumba_policy
     generator = (

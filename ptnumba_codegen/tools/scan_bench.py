@@ -23,13 +23,13 @@ import subprocess
 import sys
 import time
 
+from ptnumba_codegen.tools.scan_workloads import WORKLOADS
+from ptnumba_codegen.tools.workloads import caller, compile_graph
+
 DEFAULT_BACKENDS = ("stock_fast", "policy_default", "jax")
 
 
 def _compile(key: str, backend: str):
-    from ptnumba_codegen.tools.scan_workloads import WORKLOADS
-    from ptnumba_codegen.tools.workloads import caller, compile_graph
-
     w = WORKLOADS[key]
     inputs, outputs = w.build()
     t0 = time.perf_counter()
@@ -106,8 +106,6 @@ def table(results: dict, backends, keys) -> str:
 
 
 def main(argv=None) -> int:
-    from ptnumba_codegen.tools.scan_workloads import WORKLOADS
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default="hmm,garch,lv")
     p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))

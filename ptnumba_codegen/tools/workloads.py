@@ -40,11 +40,15 @@ changed it): the generator only replaces ``Elemwise`` nodes, so any other op in 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+import ptnumba_codegen
+from ptnumba_codegen.policy import Parallel
 
 GROUPS = ("core", "reduction", "transcendental")
 
@@ -55,6 +59,11 @@ LOG_SQRT_2PI = 0.9189385332046727
 BACKENDS = ("stock_fast", "stock_strict", "policy_default", "policy_default_1t", "policy_strict", "policy_rewritten")
 EXTRA_BACKENDS = ("policy_as_written", "policy_fast", "jax")
 ALL_BACKENDS = BACKENDS + EXTRA_BACKENDS
+
+
+def known_backend(backend: str) -> bool:
+    """One of `ALL_BACKENDS`, or ``policy_PATH.toml``: a policy file of one's own."""
+    return backend in ALL_BACKENDS or (backend.startswith("policy_") and backend.endswith(".toml"))
 
 DEFAULT_SEED = 20240611
 
@@ -276,8 +285,6 @@ def backend_mode(backend: str):
         ctx = pytensor.config.change_flags(numba__fastmath=(backend == "stock_fast"))
         return Mode(linker="numba", optimizer="fast_run"), ctx
     if backend.startswith("policy_"):
-        import ptnumba_codegen
-
         return ptnumba_codegen.policy_mode(backend_policy(backend)), contextlib.nullcontext()
     if backend == "jax":
         return Mode(linker="jax", optimizer="fast_run"), contextlib.nullcontext()
@@ -289,13 +296,7 @@ def backend_policy(backend: str):
     thread); None for the other backends."""
     if not backend.startswith("policy_"):
         return None
-    import ptnumba_codegen
-
     if backend == "policy_default_1t":
-        import dataclasses
-
-        from ptnumba_codegen.policy import Parallel
-
         return dataclasses.replace(ptnumba_codegen.load_policy("default"), parallel=Parallel(threads=1))
     return ptnumba_codegen.load_policy(backend.removeprefix("policy_"))
 

@@ -8,21 +8,19 @@ file and the C library it is compared with, the CPU and the feature set the chec
 for, LLVM and numpy (the probes' generator). One JSON file per key, named by the key's
 digest, holds the full key and the verdict; a file that is missing, unreadable, malformed or
 for another key reads as no verdict, and the caller runs the check again and rewrites it.
-Where the files live, and when: `runtime.disk_cache` (beside PyTensor's numba cache, while
-it is on).
+Its directory and format: `CACHE`, its row of `runtime.disk_cache.CACHES` (beside
+PyTensor's numba cache, while it is on).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ptnumba_codegen.runtime import disk_cache
 
-FORMAT = 1  # bump when the file layout changes
-SUBDIR = "ptnumba_codegen_exact_lanes"
+CACHE = disk_cache.EXACT_LANES_VERDICTS
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,10 @@ class CheckKey:
     toolchain: str  # llvmlite/LLVM and numpy versions
 
     def digest(self) -> str:
-        return disk_cache.digest(json.dumps(dataclasses.asdict(self), sort_keys=True))
+        return disk_cache.key_digest(self)
+
+    def file_name(self) -> str:
+        return f"{self.symbol}-{self.lanes}-{self.digest()}"
 
 
 @dataclass(frozen=True)
@@ -53,17 +54,17 @@ class Verdict:
 
 def default_directory() -> Path | None:
     """Where verdicts live now (None while PyTensor's numba cache is off)."""
-    return disk_cache.directory(SUBDIR)
+    return CACHE.directory()
 
 
 def path_for(directory: Path, key: CheckKey) -> Path:
-    return directory / f"{key.symbol}-{key.lanes}-{key.digest()}.json"
+    return CACHE.path(directory, key.file_name())
 
 
 def load(directory: Path | None, key: CheckKey) -> Verdict | None:
     """The verdict stored for ``key``, or None (no directory, no file, or a file that is
     unreadable, malformed or written for another key)."""
-    record = disk_cache.read_record(directory, lambda d: path_for(d, key), json.loads, FORMAT, dataclasses.asdict(key))
+    record = CACHE.load(directory, key.file_name(), dataclasses.asdict(key))
     if record is None:
         return None
     ok, why = record.get("ok"), record.get("why")
@@ -75,10 +76,7 @@ def load(directory: Path | None, key: CheckKey) -> Verdict | None:
 def store(directory: Path | None, key: CheckKey, verdict: Verdict) -> bool:
     """Write ``verdict`` for ``key``; False when it could not be written (the verdict then
     lives in this process only)."""
-    if directory is None:
-        return False
-    record = {"format": FORMAT, "key": dataclasses.asdict(key), "ok": verdict.ok, "why": verdict.why}
-    return disk_cache.write(path_for(directory, key), json.dumps(record, sort_keys=True).encode())
+    return CACHE.store(directory, key.file_name(), dataclasses.asdict(key), ok=verdict.ok, why=verdict.why)
 
 
-__all__ = ["FORMAT", "SUBDIR", "CheckKey", "Verdict", "default_directory", "load", "path_for", "store"]
+__all__ = ["CACHE", "CheckKey", "Verdict", "default_directory", "load", "path_for", "store"]

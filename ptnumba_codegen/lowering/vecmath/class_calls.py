@@ -23,7 +23,7 @@ import math
 
 from llvmlite import ir
 
-from ptnumba_codegen.analysis.class_rules import Bands, ClassRule
+from ptnumba_codegen.analysis.class_rules import LOG2E, Bands, ClassRule
 from ptnumba_codegen.lowering.vecmath.exact_lanes import lane_by_lane, vector_function
 from ptnumba_codegen.lowering.vecmath.isa import ISA_BITS, keep_alive, lane_count, mark_pure, target_isa
 
@@ -179,8 +179,6 @@ def _libm1(module: ir.Module, symbol: str, fty) -> ir.Function:
 def _safe(b: ir.IRBuilder, row, safe: Bands, a, x, ity, ebits: int, mbits: int):
     """The lanes whose quotient the canonical value stands for: a normal, |x| <= the row's
     limit (NaN: no), ``g = E - x log2(e)`` in one of the open intervals ``safe``."""
-    from ptnumba_codegen.analysis.class_rules import LOG2E
-
     vec = isinstance(a.type, ir.VectorType)
     ivty = ir.VectorType(ity, a.type.count) if vec else ity
     field = b.and_(b.lshr(b.bitcast(a, ivty), _splat(ivty, mbits)), _splat(ivty, (1 << ebits) - 1))

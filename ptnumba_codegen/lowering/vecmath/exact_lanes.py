@@ -46,6 +46,7 @@ import llvmlite.binding as llb
 import numpy as np
 from llvmlite import ir
 
+from ptnumba_codegen import settings
 from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
 from ptnumba_codegen.lowering.vecmath import check_cache
 from ptnumba_codegen.runtime import disk_cache
@@ -60,9 +61,6 @@ from ptnumba_codegen.lowering.vecmath.libm_data import (
     glibc_pow_data,
 )
 from ptnumba_codegen.lowering.vecmath.isa import keep_alive, lane_count, mark_pure, target_features, target_isa
-
-ENV = "PTNUMBA_CODEGEN_EXACT_LANES"
-ENV_VALUES = ("on", "off")
 
 _F64 = ir.DoubleType()
 _I64 = ir.IntType(64)
@@ -378,13 +376,6 @@ EXACT_LANES: dict[str, ExactLanes] = {
 }
 
 
-def _setting() -> str:
-    value = os.environ.get(ENV, "on").strip().lower()
-    if value not in ENV_VALUES:
-        raise ValueError(f"{ENV}={value!r}: allowed values are {', '.join(ENV_VALUES)}")
-    return value
-
-
 def define_variant(module: ir.Module, symbol: str, lanes: int, data) -> tuple[ir.Function, bool]:
     """``<lanes x double> ptnumba_exact<lanes>_<symbol>(v)`` of ``module``, and whether it was
     defined just now."""
@@ -634,8 +625,8 @@ def status(symbol: str, lanes: int) -> tuple[bool, str]:
     if key not in _STATUS:
         if symbol not in EXACT_LANES:
             return False, f"no exact vector form of {symbol}"
-        if _setting() == "off":
-            return False, f"{ENV}=off"
+        if settings.EXACT_LANES.value() == "off":
+            return False, f"{settings.EXACT_LANES.env}=off"
         data = EXACT_LANES[symbol].data()
         _STATUS[key] = (False, data) if isinstance(data, str) else _checked(symbol, lanes, data)
     return _STATUS[key]
@@ -712,7 +703,7 @@ def exact_variant(module: ir.Module, symbol: str, fty, lanes: int) -> ir.Functio
 def cache_key() -> tuple:
     """What exact lanes depend on, for kernel cache keys: the setting and the libm data
     (a kernel compiled with them off, or against another libm, is not reused)."""
-    if _setting() == "off":
+    if settings.EXACT_LANES.value() == "off":
         return ("off",)
     key = []
     for symbol, entry in sorted(EXACT_LANES.items()):
@@ -729,4 +720,4 @@ def available(symbol: str, dtype: str) -> bool:
     return status(symbol, lane_count(isa, dtype))[0]
 
 
-__all__ = ["ENV", "EXACT_LANES", "NOT_COMPILED", "available", "cache_key", "check_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status", "vector_function"]
+__all__ = ["EXACT_LANES", "NOT_COMPILED", "available", "cache_key", "check_key", "exact_variant", "lane_by_lane", "probe_inputs", "report", "self_check", "status", "vector_function"]

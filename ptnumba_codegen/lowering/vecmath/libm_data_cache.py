@@ -9,23 +9,23 @@ what `DataKey` records: which table, the libm file (path and content digest), th
 generator's own source (the search) and numpy (the scan). One pickle per key, named by the
 key's digest, holds the full key and the result (the found record, or the reason it was
 not found); a missing, unreadable, malformed or foreign file, or one holding another type,
-is a miss: the caller searches and rewrites it. Where the files live, and when:
-`runtime.disk_cache` (beside PyTensor's numba cache, while it is on).
+is a miss: the caller searches and rewrites it. Its directory and format: `CACHE`, its row
+of `runtime.disk_cache.CACHES` (beside PyTensor's numba cache, while it is on).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from ptnumba_codegen import _version
 from ptnumba_codegen.runtime import disk_cache
 
-FORMAT = 1  # bump when the file layout changes
-SUBDIR = "ptnumba_codegen_libm_data"
+CACHE = disk_cache.LIBM_DATA
 
 
 @dataclass(frozen=True)
@@ -38,24 +38,23 @@ class DataKey:
     numpy: str  # numpy's version (the scan)
 
     def digest(self) -> str:
-        return disk_cache.digest(json.dumps(dataclasses.asdict(self), sort_keys=True))
+        return disk_cache.key_digest(self)
+
+    def file_name(self) -> str:
+        return f"{self.table}-{self.digest()}"
 
 
 def data_key(table: str, path: str) -> DataKey:
-    import numpy as np
-
-    from ptnumba_codegen._version import GENERATOR_DIGEST, GENERATOR_VERSION
-
-    return DataKey(table, f"{GENERATOR_VERSION}:{GENERATOR_DIGEST}", f"{path}:{disk_cache.file_digest(path)}", np.__version__)
+    return DataKey(table, f"{_version.GENERATOR_VERSION}:{_version.GENERATOR_DIGEST}", f"{path}:{disk_cache.file_digest(path)}", np.__version__)
 
 
 def path_for(directory: Path, key: DataKey) -> Path:
-    return directory / f"{key.table}-{key.digest()}.pkl"
+    return CACHE.path(directory, key.file_name())
 
 
 def load(directory: Path | None, key: DataKey, kind: type):
     """The result stored for ``key`` (a ``kind`` or a reason string), or None on any miss."""
-    record = disk_cache.read_record(directory, lambda d: path_for(d, key), pickle.loads, FORMAT, dataclasses.asdict(key))
+    record = CACHE.load(directory, key.file_name(), dataclasses.asdict(key))
     if record is None:
         return None
     data = record.get("data")
@@ -64,16 +63,13 @@ def load(directory: Path | None, key: DataKey, kind: type):
 
 def store(directory: Path | None, key: DataKey, data) -> bool:
     """Write ``data`` for ``key``; False when it could not be written."""
-    if directory is None:
-        return False
-    record = {"format": FORMAT, "key": dataclasses.asdict(key), "data": data}
-    return disk_cache.write(path_for(directory, key), pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+    return CACHE.store(directory, key.file_name(), dataclasses.asdict(key), data=data)
 
 
 def found(table: str, path: str, kind: type, search: Callable[[str], object]):
     """``search(path)``'s result for ``table``, read from disk when an earlier process
     stored it (and stored now otherwise)."""
-    directory = disk_cache.directory(SUBDIR)
+    directory = CACHE.directory()
     if directory is None:
         return search(path)
     key = data_key(table, path)
@@ -84,4 +80,4 @@ def found(table: str, path: str, kind: type, search: Callable[[str], object]):
     return data
 
 
-__all__ = ["FORMAT", "SUBDIR", "DataKey", "data_key", "found", "load", "path_for", "store"]
+__all__ = ["CACHE", "DataKey", "data_key", "found", "load", "path_for", "store"]

@@ -38,8 +38,10 @@ import numpy as np
 from llvmlite import ir
 from numba.core import types
 
+from ptnumba_codegen.flags import COMPARISON_SENSITIVE
 from ptnumba_codegen.lowering.base import Emitter, Rule, Typed, cast, numba_type
 from ptnumba_codegen.lowering.vecmath.isa import ISA_BITS, keep_alive, lane_count, mark_pure, target_features, target_isa  # noqa: F401
+from ptnumba_codegen.lowering.vecmath.special_functions import VECTOR_FUNCTIONS
 
 LIBMVEC = "libmvec.so.1"
 
@@ -67,8 +69,6 @@ VECTOR_FUNCS: dict[str, tuple[int, dict[str, float]]] = {
 
 def own_function(name: str):
     """The IR body builder of a vector function this package defines, or None (libmvec's)."""
-    from ptnumba_codegen.lowering.vecmath.special_functions import VECTOR_FUNCTIONS
-
     return VECTOR_FUNCTIONS.get(name)
 
 
@@ -188,7 +188,6 @@ def vector_dtype(t: Typed, names, loop_types, bound: float | None = None) -> str
     variant's measured bound, or ``bound`` for a composite formula) fits the policy's
     ``max_ulp`` for this op (the class budget, or the op override's).
     """
-    from ptnumba_codegen.flags import COMPARISON_SENSITIVE
     if t.policy is None or t.op is None or t.klass in ("", COMPARISON_SENSITIVE):
         return None
     dtypes = {str(ty) for ty in loop_types}
