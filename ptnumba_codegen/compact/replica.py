@@ -45,10 +45,14 @@ def stock_name(path: str):
     return obj
 
 
+CLOSING = frozenset(")]},")  # a line of these only ends a statement that holds no code there
+
+
 def function_source(fn) -> str:
     """The source lines of ``fn`` (a numba dispatcher's Python function, a decorated
     function's own): from its first decorator to the last line any of its code, nested
-    functions included, reaches. Read from the module's file through `linecache`."""
+    functions included, reaches, and the closing brackets after it. Read from the module's
+    file through `linecache`."""
     fn = inspect.unwrap(getattr(fn, "py_func", fn))
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -56,11 +60,13 @@ def function_source(fn) -> str:
     last, pending = code.co_firstlineno, [code]
     while pending:
         inner = pending.pop()
-        last = max([last, *(end for _line, end, _col, _end_col in inner.co_positions() if end is not None)])
+        last = max([last, *(line for _start, _end, line in inner.co_lines() if line is not None)])
         pending.extend(const for const in inner.co_consts if isinstance(const, types.CodeType))
     lines = linecache.getlines(code.co_filename)
     if len(lines) < last:
         raise LookupError(f"no source for {fn.__qualname__} ({code.co_filename})")
+    while last < len(lines) and lines[last].strip() and set(lines[last].strip()) <= CLOSING:
+        last += 1
     return "".join(lines[code.co_firstlineno - 1 : last])
 
 
@@ -152,4 +158,4 @@ def installed_digest(replica: Replica) -> str:
     return replica.source.digest()
 
 
-__all__ = ["SUPPORTED_PYTENSOR", "Replica", "StockSource", "function_source", "installed_digest", "stock_name", "why_off"]
+__all__ = ["CLOSING", "SUPPORTED_PYTENSOR", "Replica", "StockSource", "function_source", "installed_digest", "stock_name", "why_off"]
