@@ -3,7 +3,8 @@ each instruction's class, flags and lowering, reduction accumulators, and fallba
 under ``[comparison] as_written`` (the ``default`` preset and its alias ``as_written``; not
 ``rewritten``), every as-written copy (`AsWritten` node, or a copy inlined into the kernels):
 which decision, how many ops its cone recomputes, what it reads, why ("[comparison]
-as_written in policy default"), and the kernels it compiles to.
+as_written in policy default"), and the kernels it compiles to; and the compact ops off in
+this process, with why (`compact.table.describe_rows_off`).
 
     ptnumba_codegen.explain(fn)                 # returns the report as a string
     python -m ptnumba_codegen explain script.py:fn [--ir]
@@ -24,6 +25,7 @@ from ptnumba_codegen.as_written.op import is_as_written
 from ptnumba_codegen.backend.dispatch import entry_choices, fallback_reason
 from ptnumba_codegen.lowering.chunks import chunk_decision
 from ptnumba_codegen.backend.plans import plan_node
+from ptnumba_codegen.compact.table import describe_rows_off
 from ptnumba_codegen.lowering.vecmath import exact_lanes
 from ptnumba_codegen.lowering.vecmath.isa import isa_reason
 from ptnumba_codegen.lowering.base import Unsupported
@@ -261,6 +263,9 @@ def explain(fn, ir: bool = False) -> str:
     if counts["as_written"]:
         tail += f", {counts['as_written']} as-written cop{'y' if counts['as_written'] == 1 else 'ies'}"
     out.append(tail)
+    rows_off = describe_rows_off()  # stock ops this process keeps: their compact op's source differs
+    if rows_off:
+        out.append(rows_off)
     if counts["kernels"] and allocator.state():
         out.append(f"memory: {allocator.state()}")
     if counts["kernels"]:

@@ -5,7 +5,7 @@
 | ``policy_as_written`` | -0.005 (first) | `AsWrittenPass`: freezes decisions as written when the policy asks for it (`ptnumba_codegen.as_written.freeze`) |
 | ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
 | ``policy_gather_copies`` | 99.99 | `GatherCopies`: a gather read by several elementwise kernels gets a copy for each, which PyTensor's fusion (100) takes into it (`ptnumba_codegen.passes.gather_copies`) |
-| ``policy_compact_checks`` | 100.4 | `CompactChecks`: stock ops (SpecifyShape, Split, Dot) swapped for versions that compile in a fraction of the time (`ptnumba_codegen.passes.compact_checks`) |
+| ``policy_swap_compact`` | 100.4 | `SwapCompact`: stock ops swapped for their compact ops, which compile in a fraction of the time (`ptnumba_codegen.passes.swap_compact`, `ptnumba_codegen.compact`) |
 | ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator (`ptnumba_codegen.passes.policy_codegen`) |
 """
 
@@ -19,9 +19,9 @@ from ptnumba_codegen.as_written.freeze import POSITION as AS_WRITTEN_POSITION
 from ptnumba_codegen.passes.gather_copies import NAME as GATHER_COPIES_NAME
 from ptnumba_codegen.passes.gather_copies import POSITION as GATHER_COPIES_POSITION
 from ptnumba_codegen.passes.gather_copies import GatherCopies
-from ptnumba_codegen.passes.compact_checks import NAME as COMPACT_CHECKS_NAME
-from ptnumba_codegen.passes.compact_checks import POSITION as COMPACT_CHECKS_POSITION
-from ptnumba_codegen.passes.compact_checks import CompactChecks
+from ptnumba_codegen.passes.swap_compact import NAME as SWAP_COMPACT_NAME
+from ptnumba_codegen.passes.swap_compact import POSITION as SWAP_COMPACT_POSITION
+from ptnumba_codegen.passes.swap_compact import SwapCompact
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
 from ptnumba_codegen.passes.rewritten_graphs import CachedRewriteSequence
 from ptnumba_codegen.policy import Policy, load_policy
@@ -36,9 +36,9 @@ INLINE_NAME = "policy_as_written_inline"
 AS_WRITTEN = AsWrittenPass()
 KERNELS = PolicyCodegen()
 REGISTERED = {AS_WRITTEN_NAME: AS_WRITTEN, INLINE_NAME: InlineAsWritten(), GATHER_COPIES_NAME: GatherCopies(),
-              COMPACT_CHECKS_NAME: CompactChecks(), KERNELS_NAME: KERNELS}
+              SWAP_COMPACT_NAME: SwapCompact(), KERNELS_NAME: KERNELS}
 _POSITIONS = {AS_WRITTEN_NAME: AS_WRITTEN_POSITION, INLINE_NAME: INLINE_POSITION,
-              GATHER_COPIES_NAME: GATHER_COPIES_POSITION, COMPACT_CHECKS_NAME: COMPACT_CHECKS_POSITION,
+              GATHER_COPIES_NAME: GATHER_COPIES_POSITION, SWAP_COMPACT_NAME: SWAP_COMPACT_POSITION,
               KERNELS_NAME: POSITION}
 for _name, _rewriter in REGISTERED.items():
     optdb.register(_name, _rewriter, TAG, position=_POSITIONS[_name])
@@ -71,6 +71,6 @@ def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run")
         (AsWrittenPass(resolved), AS_WRITTEN_POSITION),
         (InlineAsWritten(), INLINE_POSITION),
         (GatherCopies(), GATHER_COPIES_POSITION),
-        (CompactChecks(), COMPACT_CHECKS_POSITION),
+        (SwapCompact(), SWAP_COMPACT_POSITION),
         (PolicyCodegen(resolved), POSITION),
     )

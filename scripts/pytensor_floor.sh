@@ -41,7 +41,8 @@ print(f"pytensor {pytensor.__version__} ({pytensor.__file__}), ptnumba_codegen f
 EOF
 
 if [ $# -eq 0 ]; then
-    set -- -n 2 -q tests/test_seed_and_ir.py tests/test_mode.py tests/test_switch.py tests/test_cache.py tests/test_policy.py
+    set -- -n 2 -q tests/test_seed_and_ir.py tests/test_mode.py tests/test_switch.py tests/test_cache.py tests/test_policy.py \
+        tests/test_compact_guard.py tests/test_compact_stock_bits.py
 fi
 export PYTENSOR_FLAGS="${PYTENSOR_FLAGS:+$PYTENSOR_FLAGS,}base_compiledir=$HOME/.pytensor/floor-$floor"
 exec "$py" -m pytest "$@"

@@ -16,7 +16,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.elemwise import Elemwise
 
 import ptnumba_codegen
-import ptnumba_codegen.backend.node_keys as node_keys
+import ptnumba_codegen.lowering.node_keys as node_keys
 from ptnumba_codegen import _version
 from conftest import policy_nodes
 from test_seed_and_ir import BV, EXPECTED, WV, XV, YV, ZV, seed_graph

@@ -1,4 +1,4 @@
-"""Gathers and scatters by integer vectors as intrinsics (`backend.compact_advanced`).
+"""Gathers and scatters by integer vectors as intrinsics (`compact.advanced`).
 
 For ``x[idx]`` (vectors, rows of matrices and 3-d arrays), ``x[rows, cols]`` (elements and
 rows), with index vectors of several dtypes, negative indices, an index of length 1
@@ -21,13 +21,9 @@ import pytest
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
 
 from conftest import assert_same_bits, compile_fn, node_caller, numba_compiles, warm_allocator
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_advanced import (
-    SHAPES_MESSAGE,
-    CompactAdvancedIncSubtensor,
-    CompactAdvancedSubtensor,
-)
-from ptnumba_codegen.backend.compact_increments import BROADCAST_MESSAGE
+from ptnumba_codegen.compact.advanced import SHAPES_MESSAGE
+from ptnumba_codegen.compact.increments import BROADCAST_MESSAGE
+from ptnumba_codegen.compact.ops import CompactAdvancedIncSubtensor, CompactAdvancedSubtensor, compact_op
 
 RNG = np.random.default_rng(51)
 

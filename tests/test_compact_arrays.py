@@ -1,4 +1,4 @@
-"""Small new arrays without numpy's constructor overloads (`backend.compact_arrays`, and a
+"""Small new arrays without numpy's constructor overloads (`compact.arrays`, and a
 full reduction's 0-d output, `lowering.kernel.array0d`).
 
 The compact ``MakeVector`` and ``TensorFromScalar`` return what stock's return: the same
@@ -26,14 +26,14 @@ from pytensor.tensor.basic import MakeVector, TensorFromScalar
 from pytensor.tensor.shape import Shape_i
 
 from conftest import assert_same_bits, compile_fn, lowered_into_caller, second_process_line
-from ptnumba_codegen.backend import compact_arrays
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_arrays import (
+from ptnumba_codegen.compact import arrays as compact_arrays
+from ptnumba_codegen.compact.ops import (
     CompactMakeVector,
     CompactScalarFromTensor,
     CompactScalarizedJoin,
     CompactShape_i,
     CompactTensorFromScalar,
+    compact_op,
 )
 
 DTYPES = ["float64", "float32", "int64", "int8", "uint8", "bool"]

@@ -1,4 +1,4 @@
-"""Stock runtime checks swapped for compact ones (`passes.compact_checks`, `backend.checks`).
+"""Stock runtime checks swapped for compact ones (`passes.swap_compact`, `compact.checks`).
 
 Under the policy every ``SpecifyShape`` is a `CompactSpecifyShape`: the values are stock's,
 a mismatch raises an ``AssertionError`` whose text is the stock numba backend's, dimension
@@ -21,9 +21,10 @@ from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 
 from conftest import compile_fn, node_function_irs, numba_compiles
-from ptnumba_codegen.backend.checks import CompactSpecifyShape, CompactSplit, SpecifyShapeError, SplitSizesError
-from ptnumba_codegen.backend.compact import COMPACT
-from ptnumba_codegen.passes.compact_checks import CompactChecks
+from ptnumba_codegen.compact.checks import SpecifyShapeError, SplitSizesError
+from ptnumba_codegen.compact.ops import CompactSpecifyShape, CompactSplit
+from ptnumba_codegen.compact.table import COMPACT
+from ptnumba_codegen.passes.swap_compact import SwapCompact
 
 
 def _graph():
@@ -87,7 +88,7 @@ def test_op_prints_and_pickles_as_specify_shape():
     assert str(op) == str(SpecifyShape()) == "SpecifyShape"
     back = pickle.loads(pickle.dumps(op))
     assert type(back) is CompactSpecifyShape and back == op and back != SpecifyShape()
-    assert {SpecifyShape, Split} <= set(COMPACT)
+    assert {"SpecifyShape", "Split"} <= set(COMPACT)
 
 
 def test_pass_keeps_types_and_counts():
@@ -95,7 +96,7 @@ def test_pass_keeps_types_and_counts():
     y = pt.specify_shape(pt.vector("z"), (3,)) + x
     fg = pytensor.graph.fg.FunctionGraph(outputs=[y], clone=True)
     before = fg.outputs[0].type
-    assert CompactChecks().apply(fg) == 1
+    assert SwapCompact().apply(fg) == 1
     assert fg.outputs[0].type == before
     assert [type(n.op) for n in fg.toposort() if isinstance(n.op, SpecifyShape)] == [CompactSpecifyShape]
 
@@ -110,7 +111,7 @@ sys.path.insert(0, sys.argv[2])
 numba_cache.NUMBA_CACHE_PATH = Path(sys.argv[1])
 from test_compact_checks import _graph
 from conftest import compile_fn, node_function_irs
-from ptnumba_codegen.backend.checks import CompactSpecifyShape
+from ptnumba_codegen.compact.ops import CompactSpecifyShape
 with pytensor.config.change_flags(numba__cache=True):
     fn = compile_fn(*_graph(), "policy_default")
 assert any(type(n.op) is CompactSpecifyShape for n in fn.maker.fgraph.apply_nodes)
@@ -190,7 +191,7 @@ def split_fns():
 def _split_fns():
     # stock's function compiled in this process (not loaded from PyTensor's cache): loaded, its
     # sum check raises "Error creating Python tuple from runtime exception arguments" instead
-    # of its message (numba's runtime exception arguments; see backend.checks)
+    # of its message (numba's runtime exception arguments; see compact.checks)
     return {
         "stock_strict": compile_fn(*_split_graph(), "stock_strict", cache_key="compact_split", inspect_ir=True),
         "policy_default": compile_fn(*_split_graph(), "policy_default", cache_key="compact_split"),
@@ -242,7 +243,7 @@ def test_pass_keeps_the_nodes_own_output_types():
     node = Apply(op, [x, sizes], [pt.vector(shape=(1,)), pt.vector(shape=(None,))])
     assert [o.type for o in op.make_node(x, sizes).outputs] != [o.type for o in node.outputs]
     fg = pytensor.graph.fg.FunctionGraph([x, sizes], [node.outputs[0] * 2.0, node.outputs[1] + 1.0], clone=True)
-    assert CompactChecks().apply(fg) == 3  # the Split, and the DimShuffles of the two constants
+    assert SwapCompact().apply(fg) == 3  # the Split, and the DimShuffles of the two constants
     [swapped] = [n for n in fg.apply_nodes if isinstance(n.op, Split)]
     assert type(swapped.op) is CompactSplit
     assert [o.type.shape for o in swapped.outputs] == [(1,), (None,)]
@@ -250,7 +251,7 @@ def test_pass_keeps_the_nodes_own_output_types():
 
 
 def test_a_specify_shape_is_lowered_into_its_caller_and_raises_the_same_error():
-    """`checks.checked_shape`: no numba pipeline for the node function, the same view of ``x``,
+    """`compact.checks.checked_shape`: no numba pipeline for the node function, the same view of ``x``,
     and a mismatch raises `SpecifyShapeError` with stock's message, in dim order."""
     from numba import njit
     from pytensor.link.numba.dispatch.basic import numba_funcify
@@ -276,7 +277,7 @@ def test_a_specify_shape_is_lowered_into_its_caller_and_raises_the_same_error():
 @pytest.mark.parametrize(("shape", "axis", "dtype"), [((2, 7, 3), 1, "int64"), ((7, 3), 0, "int32"), ((3, 7), 1, "int8"),
                                                       ((7,), 0, "int64")])
 def test_a_split_is_lowered_into_its_caller_with_the_generated_functions_views(shape, axis, dtype):
-    """`checks.split_views`: no numba pipeline for the node function; the views of the
+    """`compact.checks.split_views`: no numba pipeline for the node function; the views of the
     generated function (its fallback) on the same arguments: the same numba type, data
     pointers, shapes and strides; its errors with its messages."""
     from numba import njit
@@ -311,21 +312,7 @@ def _generated_split(node):
     """The compact split's generated function (the intrinsic's fallback), as numba compiles it."""
     from numba.core.dispatcher import Dispatcher
 
-    from ptnumba_codegen.backend import checks
-
-    captured = []
-    original = checks.split_views
-
-    def capture(n, axis, ndim, stock):
-        captured.append(stock)
-        return original(n, axis, ndim, stock)
-
-    checks.split_views = capture
-    try:
-        checks.numba_funcify_CompactSplit(node.op, node)
-    finally:
-        checks.split_views = original
-    fn = captured[0]()
+    fn = COMPACT["Split"].fallback(node.op, node)()
     assert isinstance(fn, Dispatcher)
     return fn
 

@@ -1,5 +1,5 @@
 """``Cholesky`` as stock's copy, ``potrf`` call and zeroing, written into its caller
-(`backend.compact_cholesky`, swapped in by `passes.compact_checks`).
+(`compact.cholesky`, swapped in by `passes.swap_compact`).
 
 Every result, every error and every overwritten input equals stock numba's, bit for bit:
 lower and upper, C, Fortran and strided inputs, overwritten or copied, readonly, a matrix
@@ -14,12 +14,14 @@ from numba.core import types
 from pytensor.tensor.linalg import Cholesky, cholesky
 
 from conftest import assert_same_bits, compile_fn, node_caller, numba_compiles
-from ptnumba_codegen.backend.compact_cholesky import REPLICATED, CompactCholesky, result_type, stock_digest, why_not_compact
+from ptnumba_codegen.compact.cholesky import CHOLESKY, result_type, why_not_compact
+from ptnumba_codegen.compact.ops import CompactCholesky
+from ptnumba_codegen.compact.replica import why_off
 
 
 # another PyTensor's implementation keeps the stock op: nothing here to test
-pytestmark = pytest.mark.skipif(stock_digest() not in REPLICATED,
-                                reason=f"the installed PyTensor's numba implementation ({stock_digest()}) is not the replicated one")
+pytestmark = pytest.mark.skipif(why_off(CHOLESKY) is not None,
+                                reason=f"the installed PyTensor's numba implementation is not the replicated one: {why_off(CHOLESKY)}")
 
 
 def _fresh(x, layout):

@@ -1,4 +1,4 @@
-"""A vector's running sum or product as an intrinsic (`backend.compact_cumop`): for both modes,
+"""A vector's running sum or product as an intrinsic (`compact.cumop`): for both modes,
 float64 and float32, empty, one-element, long and strided vectors, signed zeros, infinities,
 NaN, overflow and underflow, the intrinsic returns stock's vector bit for bit and of stock's
 numba type, with stock's function compiled fast or not, and compiles nothing of its own
@@ -14,8 +14,7 @@ import pytest
 from pytensor.tensor.extra_ops import CumOp
 
 from conftest import assert_same_bits, compile_fn, lowered_into_caller, node_caller
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_cumop import CompactCumOp
+from ptnumba_codegen.compact.ops import CompactCumOp, compact_op
 
 
 def _nodes(mode, dtype="float64"):

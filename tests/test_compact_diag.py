@@ -1,4 +1,4 @@
-"""A matrix's diagonal as an intrinsic (`backend.compact_diag`): for offsets on both sides,
+"""A matrix's diagonal as an intrinsic (`compact.diag`): for offsets on both sides,
 beyond the matrix and none, square, wide, tall, empty and F-ordered or strided matrices,
 and integer and bool dtypes, with ``view`` or not, the intrinsic returns stock's vector bit
 for bit and of stock's numba type, and compiles nothing of its own (stock's compiles its
@@ -13,8 +13,7 @@ import pytest
 from pytensor.tensor.basic import ExtractDiag
 
 from conftest import assert_same_bits, compile_fn, lowered_into_caller, node_caller
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_diag import CompactExtractDiag
+from ptnumba_codegen.compact.ops import CompactExtractDiag, compact_op
 
 SHAPES = [(4, 4), (3, 5), (5, 2), (0, 3), (1, 1)]
 

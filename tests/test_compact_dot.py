@@ -1,5 +1,5 @@
-"""``Dot`` as the BLAS calls stock makes (`backend.compact_dot`, swapped in by
-`passes.compact_checks`).
+"""``Dot`` as the BLAS calls stock makes (`compact.dot`, swapped in by
+`passes.swap_compact`).
 
 Every result and every error equals stock numba's (fastmath off), bit for bit, for operands
 of every layout the graph or the caller gives it: C, F, strided, reversed, column slices,
@@ -19,14 +19,18 @@ import pytest
 from pytensor.tensor.math import Dot
 
 from conftest import compile_fn, second_process_line
-from ptnumba_codegen.backend import compact_dot
-from ptnumba_codegen.backend.compact_dot import REPLICATED, CompactDot, slow_path_symbol, stock_digest, why_not_compact
-from ptnumba_codegen.passes.compact_checks import CompactChecks
+import dataclasses
+
+from ptnumba_codegen.compact.dot import DOT, slow_path_symbol, why_not_compact
+from ptnumba_codegen.compact.ops import CompactDot, why_stock
+from ptnumba_codegen.compact.replica import why_off
+from ptnumba_codegen.compact.table import COMPACT
+from ptnumba_codegen.passes.swap_compact import SwapCompact
 from ptnumba_codegen.runtime import python_callbacks
 
 # Another PyTensor's Dot keeps the stock op (the bit tests still compare it with stock)
 replicated = pytest.mark.skipif(
-    stock_digest() not in REPLICATED, reason=f"the installed PyTensor's numba Dot ({stock_digest()}) is not the replicated one"
+    why_off(DOT) is not None, reason=f"the installed PyTensor's numba Dot is not the replicated one: {why_off(DOT)}"
 )
 
 # graph name -> the product of the function's inputs x, y
@@ -140,11 +144,11 @@ def test_other_dtypes_and_other_stock_sources_keep_the_stock_dot(monkeypatch):
     assert "dtypes" in why_not_compact(ints.owner)
     assert why_not_compact(floats.owner) is None
     fg = pytensor.graph.fg.FunctionGraph([x, y, xf, yf], [floats, ints], clone=True)
-    monkeypatch.setattr(compact_dot, "REPLICATED", {})
-    assert "digest" in why_not_compact(fg.outputs[0].owner)
-    assert CompactChecks().apply(fg) == 0
+    monkeypatch.setitem(COMPACT, "Dot", dataclasses.replace(DOT, source=dataclasses.replace(DOT.source, digests={})))
+    assert "digest" in why_stock(fg.outputs[0].owner)
+    assert SwapCompact().apply(fg) == 0
     monkeypatch.undo()
-    assert CompactChecks().apply(fg) == 1
+    assert SwapCompact().apply(fg) == 1
     assert [type(o.owner.op) for o in fg.outputs] == [CompactDot, Dot]
 
 

@@ -1,4 +1,4 @@
-"""``Alloc`` of one value filled by a loop (`backend.compact_fill`).
+"""``Alloc`` of one value filled by a loop (`compact.fill`).
 
 Under the policy an Alloc whose value broadcasts in every dimension is a `CompactAlloc`:
 the same array (dtype, shape, every element), the same error for a negative size, and its
@@ -17,7 +17,8 @@ from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.basic import Alloc
 
 from conftest import compile_fn, node_function_irs, numba_compiles
-from ptnumba_codegen.backend.compact_fill import CompactAlloc, why_not_compact
+from ptnumba_codegen.compact.fill import why_not_compact
+from ptnumba_codegen.compact.ops import CompactAlloc
 
 
 def _graph():
@@ -77,7 +78,7 @@ def test_compact_fill_formats_no_string():
     # a 0-d array value, as a graph passes it
     sig = (types.Array(types.float64, 0, "C"), types.Array(types.int64, 0, "C"), types.Array(types.int64, 0, "C"))
     [stock_ir] = node_function_irs([stock_node], sig)
-    # the compact node function is an intrinsic (`compact_fill.filled_array`): read it in a caller
+    # the compact node function is an intrinsic (`compact.fill.filled_array`): read it in a caller
     fill = numba_funcify(compact_node.op, node=compact_node)
     caller = njit(lambda v, a, b: fill(v, a, b))
 

@@ -1,4 +1,4 @@
-"""``IncSubtensor`` with its broadcast check spelled out (`backend.compact_increments`).
+"""``IncSubtensor`` with its broadcast check spelled out (`compact.increments`).
 
 For increments and sets of vectors, matrices and 3-d arrays through slices (with and
 without a step) and integer indices, with updates of the target's shape, of length 1 along
@@ -19,9 +19,9 @@ from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.subtensor import IncSubtensor
 
 from conftest import node_caller, numba_compiles, warm_allocator
-from ptnumba_codegen.backend import compact_increments
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_increments import BROADCAST_MESSAGE, CompactIncSubtensor
+from ptnumba_codegen.compact import increments as compact_increments
+from ptnumba_codegen.compact.increments import BROADCAST_MESSAGE
+from ptnumba_codegen.compact.ops import CompactIncSubtensor, compact_op
 
 RNG = np.random.default_rng(11)
 

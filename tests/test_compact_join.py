@@ -1,4 +1,4 @@
-"""`CompactJoin` (backend/compact_join.py): an intrinsic lowered into its caller, against
+"""`CompactJoin` (compact/join.py): an intrinsic lowered into its caller, against
 stock's Join function on the same arguments: the same values, dtype, numba type and
 shape, stock's error where the other dimensions differ, and no numba compile of its own."""
 
@@ -11,8 +11,8 @@ import pytest
 from pytensor.tensor.basic import Join
 
 from conftest import compile_fn, node_caller, numba_compiles, warm_allocator
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_join import MISMATCH_MESSAGE, CompactJoin
+from ptnumba_codegen.compact.join import MISMATCH_MESSAGE
+from ptnumba_codegen.compact.ops import CompactJoin, compact_op
 
 
 def _pair(out):

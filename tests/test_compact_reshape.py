@@ -1,4 +1,4 @@
-"""``Reshape`` as an intrinsic (`backend.compact_reshape`): from vectors, matrices (C, F and
+"""``Reshape`` as an intrinsic (`compact.reshape`): from vectors, matrices (C, F and
 strided) and 3-d arrays to one, two and three dimensions, with ``-1``: stock's array bit
 for bit, of stock's numba type and strides, stock's errors with stock's messages (a size
 that does not match, two ``-1``), no memory kept (the contiguous copy of a strided input
@@ -14,8 +14,7 @@ from numba.core.runtime import _nrt_python as nrt_stats
 from pytensor.tensor.shape import Reshape
 
 from conftest import assert_same_bits, compile_fn, node_caller, numba_compiles, warm_allocator
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_reshape import CompactReshape
+from ptnumba_codegen.compact.ops import CompactReshape, compact_op
 
 CASES = {
     "vector to matrix": (1, 2, [2, 3], lambda: np.arange(6.0)),

@@ -1,5 +1,5 @@
 """``SolveTriangular`` as stock's checks, copies and ``trsm`` call, written into its caller
-(`backend.compact_solve`, swapped in by `passes.compact_checks`).
+(`compact.solve`, swapped in by `passes.swap_compact`).
 
 Every result and error equals stock numba's (fastmath off), bit for bit: lower and upper,
 unit diagonal, vector and matrix right-hand sides, operands C, Fortran (a transpose in the
@@ -17,15 +17,16 @@ from numba.core import types
 from pytensor.tensor.linalg import SolveTriangular, solve_triangular
 
 from conftest import assert_same_bits, compile_fn, numba_compiles
-from ptnumba_codegen.backend.compact_solve import REPLICATED, CompactSolveTriangular, result_type, stock_digest, why_not_compact
-from ptnumba_codegen.backend.node_keys import stock_node_function
+from ptnumba_codegen.compact.ops import CompactSolveTriangular, stock_node_function
+from ptnumba_codegen.compact.replica import why_off
+from ptnumba_codegen.compact.solve import SOLVE_TRIANGULAR, result_type, why_not_compact
 
 B_CONST = np.linspace(0.5, 2.0, 12).reshape(4, 3)
 
 
 # another PyTensor's implementation keeps the stock op: nothing here to test
-pytestmark = pytest.mark.skipif(stock_digest() not in REPLICATED,
-                                reason=f"the installed PyTensor's numba implementation ({stock_digest()}) is not the replicated one")
+pytestmark = pytest.mark.skipif(why_off(SOLVE_TRIANGULAR) is not None,
+                                reason=f"the installed PyTensor's numba implementation is not the replicated one: {why_off(SOLVE_TRIANGULAR)}")
 
 
 def _graph(name, a, b, lower, unit):
@@ -147,8 +148,8 @@ def test_the_common_layouts_compile_nothing_of_stocks():
 
 @pytest.mark.parametrize("layouts", [("C", "C", True), ("F", "F", True), ("C", "C", False), ("F", "C", False)])
 def test_the_result_type_is_the_overloads_in_the_layout_it_is_made_in(layouts):
-    """`result_type` is the type numba gives stock's node function for the same operands
-    (layout ``A``, its return paths unified) in the layout every path makes the array in."""
+    """`result_type` is the type numba gives stock's node function for the same operands:
+    the layout every path makes the array in."""
     la, lb, mutable = layouts
     a, b = pt.dmatrix("a"), pt.dmatrix("b")
     node = SolveTriangular(lower=True, b_ndim=2)(a, b).owner
@@ -158,7 +159,7 @@ def test_the_result_type_is_the_overloads_in_the_layout_it_is_made_in(layouts):
     call = numba.njit(lambda x, y: stock(x, y))
     call.compile((aty, bty))
     [sig] = call.nopython_signatures
-    assert sig.return_type == result_type(bty).copy(layout="A")
+    assert sig.return_type == result_type(bty)
     assert result_type(bty).layout == ("C" if lb == "C" else "F")
 
 

@@ -1,4 +1,4 @@
-"""`CompactSubtensor` (backend/compact_subtensor.py): an intrinsic lowered into its caller, against
+"""`CompactSubtensor` (compact/subtensor.py): an intrinsic lowered into its caller, against
 stock's Subtensor function on the same arguments: the same values, numba type, view (shares
 the input's memory, the same strides) or 0-d array, and the same exceptions."""
 
@@ -13,8 +13,7 @@ from pytensor.tensor.subtensor import Subtensor
 from pytensor.tensor.type import TensorType
 
 from conftest import compile_fn, node_caller, numba_compiles
-from ptnumba_codegen.backend.compact import compact_op
-from ptnumba_codegen.backend.compact_subtensor import CompactSubtensor
+from ptnumba_codegen.compact.ops import CompactSubtensor, compact_op
 
 X = pt.tensor("x", dtype="float64", shape=(None, None))
 I, J = pt.lscalar("i"), pt.lscalar("j")
@@ -180,7 +179,7 @@ def scalar_fns():
 def test_elements_read_as_scalars_are_compact_and_stocks(scalar_fns):
     from pytensor.tensor.rewriting.scalarize import ScalarSubtensor
 
-    from ptnumba_codegen.backend.compact_subtensor import CompactScalarSubtensor
+    from ptnumba_codegen.compact.ops import CompactScalarSubtensor
 
     stock = [type(n.op) for n in scalar_fns["stock_strict"].maker.fgraph.apply_nodes if isinstance(n.op, ScalarSubtensor)]
     assert stock and set(stock) == {ScalarSubtensor}  # the control: PyTensor's rewrite makes them
@@ -205,12 +204,10 @@ def test_a_scalar_subtensor_is_lowered_into_its_caller():
     """The intrinsic with ``scalar_out``: the element itself, no numba compile of its own."""
     from pytensor.tensor.rewriting.scalarize import ScalarSubtensor
 
-    from ptnumba_codegen.backend.compact_subtensor import compact_scalar_subtensor
-
     x, i = pt.dmatrix("x"), pt.lscalar("i")
     fns = compile_fn([x, i], [pt.exp(x[i, 1])], "stock_strict", cache_key="scalar_subtensor_node")
     [node] = [n for n in fns.maker.fgraph.apply_nodes if isinstance(n.op, ScalarSubtensor)]
-    compact = compact_scalar_subtensor(node).make_node(*node.inputs)
+    compact = compact_op(node).make_node(*node.inputs)
     args = [np.arange(12.0).reshape(3, 4), *_index_args(node, [2])]
     with numba_compiles() as compiled:
         got, got_type = _call(compact, args)

@@ -1,4 +1,4 @@
-"""``DimShuffle``'s view built in one function (`backend.compact_views`).
+"""``DimShuffle``'s view built in one function (`compact.views`).
 
 For every case of stock's function (to a 0-d array, from a 0-d array, the general shuffle
 with new and dropped axes) and every input layout (C, F, strided, read-only), the compact
@@ -21,7 +21,8 @@ from pytensor.link.numba.dispatch.basic import numba_funcify
 from pytensor.tensor.elemwise import DimShuffle
 
 from conftest import compile_fn, numba_compiles
-from ptnumba_codegen.backend.compact_views import SQUEEZE_MESSAGE, CompactDimShuffle
+from ptnumba_codegen.compact.ops import CompactDimShuffle
+from ptnumba_codegen.compact.views import SQUEEZE_MESSAGE
 
 # (input static shape, new order): stock's three cases
 CASES = [
@@ -132,7 +133,7 @@ def test_compact_views_compile_no_as_strided_or_tuple_setitem():
 
 @pytest.mark.parametrize("shape,order", [((1,), ()), ((1, 1), ()), ((None, 1), (0,)), ((1, None, 1), ("x", 1)), ((), ("x",)), ((), ("x", "x"))])
 def test_a_shuffle_that_drops_axes_or_of_a_0d_array_is_lowered_into_its_caller(shape, order):
-    """Its checks and view are a node intrinsic (`compact_views.checked_view`): numba runs no
+    """Its checks and view are a node intrinsic (`compact.views.checked_view`): numba runs no
     pipeline for the node function, and the caller gets the compact function's view."""
 
 
@@ -177,7 +178,7 @@ def test_compact_versions_of_flag_free_ops_compile_no_flag_under_fast_math():
     function's fast math (`as_written.lowering.keeps_enclosing_fastmath`): its whole
     module carries no fast-math flag. Control: a product compiled the same way does."""
     from ptnumba_codegen.as_written.lowering import keeps_enclosing_fastmath
-    from ptnumba_codegen.backend.compact_fill import CompactAlloc
+    from ptnumba_codegen.compact.ops import CompactAlloc
 
     _, shuffle = _nodes((None, 1, None), (2, "x", 0))
     s, n = pt.dscalar("s"), pt.lscalar("n")

@@ -11,7 +11,6 @@ for: everything else is imported at the top of its module.
 from __future__ import annotations
 
 import ast
-import fnmatch
 
 import pytest
 
@@ -39,23 +38,8 @@ WITHOUT_NUMBA = ("vocabulary", "analysis", "policy")
 # dependency it waits for. Every other import of a package module is at the top.
 IN_FUNCTIONS: dict[tuple[str, str], str] = {}
 
-# The compact ops are being moved into their own subpackage (``compact``) by a parallel
-# refactor, which also removes the circle between `backend.dispatch` and
-# `backend.scalar_scan`. Until both are merged, these modules' circles, arrows and
-# function-level imports are not checked here: delete this exception then.
-IN_REFACTOR = (
-    "backend.compact*", "backend.checks", "backend.blas_calls", "backend.work_arrays", "backend.stock_loop_ir",
-    "backend.dispatch", "backend.scalar_scan", "lowering.node_intrinsics", "lowering.view_ir",
-    "passes.compact_checks", "compact", "compact.*",
-)
-
-
 def _relative(module: str) -> str:
     return module.removeprefix(PACKAGE).removeprefix(".")
-
-
-def _in_refactor(module: str) -> bool:
-    return any(fnmatch.fnmatchcase(_relative(module), pattern) for pattern in IN_REFACTOR)
 
 
 def layer_of(module: str) -> int:
@@ -73,8 +57,7 @@ def test_every_module_is_in_one_layer(module):
 
 
 def test_no_import_circles():
-    found = [c for c in cycles(graph(top_level_only=False)) if not all(_in_refactor(m) for m in c)]
-    assert found == []
+    assert cycles(graph(top_level_only=False)) == []
 
 
 def test_no_arrow_back_up():
@@ -82,13 +65,13 @@ def test_no_arrow_back_up():
         f"{a.importer}:{a.line} ({LAYERS[layer_of(a.importer)][0]}) imports {a.imported} "
         f"({LAYERS[layer_of(a.imported)][0]})"
         for a in arrows()
-        if layer_of(a.imported) > layer_of(a.importer) and not (_in_refactor(a.importer) or _in_refactor(a.imported))
+        if layer_of(a.imported) > layer_of(a.importer)
     ]
     assert up == []
 
 
 def test_imports_inside_functions_are_the_listed_ones():
-    found = {(a.importer, a.imported) for a in arrows() if a.in_function and not _in_refactor(a.importer)}
+    found = {(a.importer, a.imported) for a in arrows() if a.in_function}
     listed = {(f"{PACKAGE}.{i}".rstrip("."), f"{PACKAGE}.{m}".rstrip(".")) for i, m in IN_FUNCTIONS}
     assert found == listed
 
@@ -114,6 +97,4 @@ def test_the_layer_table_names_what_exists():
     """A row naming nothing left (a module moved or renamed) is a stale row."""
     for _, names in LAYERS:
         for n in names:
-            if n == "compact":
-                continue  # the compact ops' subpackage, coming with the parallel refactor
             assert any(_relative(m) == n or _relative(m).startswith(n + ".") for m in MODULES), n

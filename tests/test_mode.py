@@ -24,11 +24,11 @@ def elemwise_nodes(fn):
 
 
 def test_tag_is_only_policy_codegen():
-    from ptnumba_codegen.modes import (AS_WRITTEN_NAME, COMPACT_CHECKS_NAME, GATHER_COPIES_NAME, INLINE_NAME,
-                                       KERNELS_NAME)
+    from ptnumba_codegen.modes import (AS_WRITTEN_NAME, GATHER_COPIES_NAME, INLINE_NAME, KERNELS_NAME,
+                                       SWAP_COMPACT_NAME)
 
     ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten",
-            GATHER_COPIES_NAME: "GatherCopies", COMPACT_CHECKS_NAME: "CompactChecks"}
+            GATHER_COPIES_NAME: "GatherCopies", SWAP_COMPACT_NAME: "SwapCompact"}
     assert set(optdb.__db__["policy_codegen"]) == {optdb[name] for name in ours}
     for name, cls in ours.items():
         tags = {t for t, names in optdb.__db__.items() if optdb[name] in names}
@@ -51,8 +51,8 @@ def test_tag_is_only_policy_codegen():
     before = [p for name, p in optdb.__position__.items() if p < 100 and name not in ours]
     assert max(before) < optdb.__position__[GATHER_COPIES_NAME] < 100
     assert optdb.__position__["fuse_indexed_into_elemwise"] == optdb.__position__["merge3"] == 100
-    # the compact checks after every PyTensor rewrite (none meets the subclass), before the kernels
-    assert max(numba_positions) < optdb.__position__[COMPACT_CHECKS_NAME] < optdb.__position__[KERNELS_NAME]
+    # the compact ops after every PyTensor rewrite (none meets the subclass), before the kernels
+    assert max(numba_positions) < optdb.__position__[SWAP_COMPACT_NAME] < optdb.__position__[KERNELS_NAME]
 
 
 def test_including_tag_hands_every_elemwise_to_the_generator():

@@ -1,4 +1,4 @@
-"""`lowering.node_intrinsics.node_intrinsic`: a node function lowered into its caller, and
+"""`compact.node_intrinsics.node_intrinsic`: a node function lowered into its caller, and
 the per-node fallback to the stock node function when the generator fails, decided while
 the caller is typed (never an exception at its first call)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from numba import njit, types
 
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
 
 
 def _stock():

@@ -46,17 +46,17 @@ from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
 from ptnumba_codegen import settings
 from ptnumba_codegen.as_written.compile_once import FLAG_FREE, flag_free, flatten_copies
-from ptnumba_codegen.backend.compact import STOCK_CLASS
+from ptnumba_codegen.compact.ops import stock_class_of
 from ptnumba_codegen.as_written.decision_moves import decide_on_operands
 from ptnumba_codegen.as_written.freeze import fold_exact_constants, inline_symbolic_ops
 from ptnumba_codegen.as_written.guards import add_overflow_guards
 from ptnumba_codegen.as_written.libm_operands import mark_pows
 from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
-from ptnumba_codegen.backend.node_keys import cache_key
+from ptnumba_codegen.lowering.node_keys import cache_key
 from ptnumba_codegen.policy import Policy, load_policy
 from ptnumba_codegen.runtime import python_callbacks
-from ptnumba_codegen.passes.compact_checks import POSITION as COMPACT_CHECKS_POSITION
-from ptnumba_codegen.passes.compact_checks import CompactChecks
+from ptnumba_codegen.passes.swap_compact import POSITION as SWAP_COMPACT_POSITION
+from ptnumba_codegen.passes.swap_compact import SwapCompact
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
 
 # The node types of an inner graph the generator compiles: elementwise kernels, and
@@ -82,9 +82,9 @@ INNER_REWRITES = {
     "on the same values (length-1 batch axes dropped and put back: moves only); the Blockwise "
     "loop would call the same core function once (a GP's Cholesky copy compiled numba's "
     "Blockwise loop besides the Cholesky the rest of the function has)",
-    "compact_checks": "a SpecifyShape, Split or Dot becomes the same op in a function that compiles "
-    "in a fraction of the time (passes.compact_checks): the same checks and texts, the same views, "
-    "the same BLAS calls (the same bits)",
+    "swap_compact": "a stock op with a compact op (SpecifyShape, Split, Dot, DimShuffle, ...) becomes "
+    "the same op in a function that compiles in a fraction of the time (passes.swap_compact): the same "
+    "checks and texts, the same views, the same BLAS calls (the same bits)",
     "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
     "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
     "settled, growing a structural-equation model's copy past 10 GB): the reference runs such an "
@@ -132,7 +132,7 @@ def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
             (dfs_rewriter(mark_pows), MERGE_POSITION + 0.03),
             (dfs_rewriter(local_useless_unbatched_blockwise), MERGE_POSITION + 0.04),
             (FusionOptimizer(), FUSION_POSITION),
-            (CompactChecks(), COMPACT_CHECKS_POSITION),
+            (SwapCompact(), SWAP_COMPACT_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
         )
     )
@@ -155,10 +155,10 @@ def lowering_graph(op: AsWritten):
 
 
 def keeps_enclosing_fastmath(op) -> bool:
-    """`compile_once.flag_free`, and a compact op (`backend.compact.COMPACT`) of a flag-free
+    """`compile_once.flag_free`, and a compact op (`compact.table.COMPACT`) of a flag-free
     stock class: the same view or fill, with no floating-point arithmetic either
     (tests/test_compact_views.py compiles them under fast math)."""
-    return flag_free(op) or STOCK_CLASS.get(type(op)) in FLAG_FREE
+    return flag_free(op) or stock_class_of(type(op)) in FLAG_FREE
 
 
 @contextlib.contextmanager

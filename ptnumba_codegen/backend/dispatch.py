@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import weakref
 
 from pytensor import config
@@ -12,20 +11,18 @@ from pytensor.link.numba.dispatch.basic import (
 )
 
 from ptnumba_codegen.flags import PYTENSOR_FLAGS
-from ptnumba_codegen.backend.plans import KernelPlan, plan_node
+from ptnumba_codegen.backend import fallbacks
+from ptnumba_codegen.backend.fallbacks import compile_failure, compile_fallback, perform_impl
+from ptnumba_codegen.backend.plans import KernelPlan, kernel_key, plan_node
 from ptnumba_codegen.lowering.kernel import build_kernel, build_scalar_kernel, compiled_or_stock
 from ptnumba_codegen.lowering.base import Unsupported
-from ptnumba_codegen.backend.node_keys import cache_key
+from ptnumba_codegen.lowering.node_keys import cache_key
 from ptnumba_codegen.backend.ops import on_policy_class
-from ptnumba_codegen.backend.scalar_scan import funcify_scalar_scan
+from ptnumba_codegen.backend.scalar_scan import funcify_scalar_scan, scan_problem
 from ptnumba_codegen.backend.stock_loop_ir import implementation_in_ir
 from pytensor.scan.op import Scan
 
-log = logging.getLogger("ptnumba_codegen")
 
-
-# node -> why its kernel fell back when numba compiled it (kernel.guarded)
-_COMPILE_FAILURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # node -> how numba compiled its kernel's entry, per signature (kernel.EntryChoice)
 _ENTRY_CHOICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -36,14 +33,12 @@ def fallback_reason(node) -> str | None:
     A node the generator plans but fails to compile falls back when numba compiles the
     function (its first call); its reason is known from then on."""
     if isinstance(node.op, Scan):
-        from ptnumba_codegen.backend.scalar_scan import scan_problem
-
         return scan_problem(node)
     try:
         plan_node(node)
     except Unsupported as err:
         return str(err)
-    return _COMPILE_FAILURES.get(node)
+    return compile_failure(node)
 
 
 def entry_choices(node) -> tuple:
@@ -61,42 +56,12 @@ def record_entries(node):
     return on_entry
 
 
-def compile_fallback(op, node, **kwargs):
-    """``fallback(reason)`` for `build_kernel`: record, log, return the stock kernel."""
-
-    def fallback(reason: str):
-        _COMPILE_FAILURES[node] = reason
-        fn, _key = stock_fallback(op, node, reason, **kwargs)
-        return fn
-
-    return fallback
 
 
-def perform_impl(node):
-    """The node's own ``perform``: what the kernel does when run without JIT."""
-    n_out = len(node.outputs)
-
-    def run(*inputs):
-        storage = [[None] for _ in range(n_out)]
-        node.op.perform(node, list(inputs), storage)
-        return storage[0][0] if n_out == 1 else tuple(s[0] for s in storage)
-
-    return run
 
 
-def _fallback_fastmath(op) -> bool:
-    """Stock kernels know all-or-nothing: fast only if every class of the policy is."""
-    return all(set(rule.flags) >= PYTENSOR_FLAGS for rule in op.policy.classes.values())
 
 
-def stock_fallback(op, node, reason: str, **kwargs):
-    fast = _fallback_fastmath(op)
-    log.info("%s falls back to the stock kernel (fastmath=%s): %s", op, fast, reason)
-    with config.change_flags(numba__fastmath=fast):
-        fn, key = numba_funcify_and_cache_key.dispatch(op.stock_class)(op, node, **kwargs)
-    if key is not None:
-        key = cache_key("stock-fallback", fast, key)
-    return fn, key
 
 
 def stock_loop(op, node, plan: KernelPlan, **kwargs):
@@ -149,26 +114,6 @@ def build(node, plan: KernelPlan, **kwargs):
     return BUILDERS[plan.kind](node, plan, name, fallback)
 
 
-def kernel_key(op, node, plan: KernelPlan) -> str | None:
-    """The cache key of the kernel the generator builds for ``plan`` ("loop", "scalar")."""
-    stock_keys = plan.body.stock_keys
-    if any(k is None for k, _fast in stock_keys):
-        return None  # a stock function inside is uncacheable, so is the kernel (as in stock)
-    return cache_key(
-        plan.kind,
-        stock_keys,
-        op.policy.digest,
-        plan.spec,
-        plan.body.program.fingerprint(),
-        plan.body.flags,
-        plan.body.classes,
-        plan.body.lazy_key,
-        plan.body.once,
-        plan.body.isa,
-        plan.finish,
-        tuple(str(o.type) for o in node.outputs),
-        op.yields_to,
-    )
 
 
 def own_kernel(op, node, plan: KernelPlan, **kwargs):
@@ -191,7 +136,7 @@ def funcify_policy_node(op, node, **kwargs):
     try:
         plan = plan_node(node)
     except Unsupported as err:
-        return stock_fallback(op, node, str(err), **kwargs)
+        return fallbacks.stock_fallback(op, node, str(err), **kwargs)
     return FUNCIFY[plan.kind](op, node, plan, **kwargs)
 
 

@@ -10,8 +10,8 @@ Such a node keeps its place in the graph (PyTensor's own tests and rewrites see 
 FusedElemwise they made); only its *lowering* is its inner graph -- the gather
 (AdvancedSubtensor), the elementwise body (a policy kernel, vectorized), its reductions
 (policy reductions), the scatter-add (AdvancedIncSubtensor) -- compiled as one numba
-function, the gather and scatter-add as intrinsics inside it where `backend.compact` has
-them. The same values come out with the same bits: the elementwise body is the same
+function, the gather and scatter-add as intrinsics inside it where `compact.table.COMPACT`
+has them. The same values come out with the same bits: the elementwise body is the same
 scalar program with the same per-instruction flags (same requirements, same input facts),
 each reduction keeps the accumulator class the fused loop gives it, and the scatter-add
 visits the rows in the same order. The cost is one temporary array per indexed value and
@@ -30,7 +30,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from ptnumba_codegen.analysis.classify import EXACT, output_needs
-from ptnumba_codegen.backend.compact import compact_op
+from ptnumba_codegen.compact.ops import compact_op
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.backend.ops import with_policy
 
@@ -114,7 +114,7 @@ def parts_graph(op) -> FunctionGraph:
             pos = _composite_position(node.outputs[0], composite)
             new_op = with_policy(node.op, op.policy, {0: {EXACT}} if pos in needs else {}, op.yields_to)
         elif (compact := compact_op(node)) is not None:
-            new_op = compact  # a gather or scatter as an intrinsic (backend.compact), as in the outer graph
+            new_op = compact  # a gather or scatter as an intrinsic (compact.ops), as in the outer graph
         else:
             continue
         replacements.append((node, new_op))

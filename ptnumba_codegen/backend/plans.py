@@ -26,6 +26,7 @@ from ptnumba_codegen.lowering.kernel import Finish
 from ptnumba_codegen.lowering.loop import SCALAR_REDUCERS, LoopSpec, Reduce, row_loop_length, stock_order_slots
 from ptnumba_codegen.lowering.visit_order import MAX_STOCK_LOOPS
 from ptnumba_codegen.lowering.base import Unsupported, numba_type
+from ptnumba_codegen.lowering.node_keys import cache_key
 from ptnumba_codegen.backend.ops import stock_op, with_policy
 from ptnumba_codegen.policy import Policy
 from ptnumba_codegen.analysis.program import Program
@@ -270,6 +271,28 @@ PLANNERS: dict[type, object] = {
 
 def planner_for(op):
     return mro_lookup(PLANNERS, op)
+
+
+def kernel_key(op, node, plan: KernelPlan) -> str | None:
+    """The cache key of the kernel the generator builds for ``plan`` ("loop", "scalar")."""
+    stock_keys = plan.body.stock_keys
+    if any(k is None for k, _fast in stock_keys):
+        return None  # a stock function inside is uncacheable, so is the kernel (as in stock)
+    return cache_key(
+        plan.kind,
+        stock_keys,
+        op.policy.digest,
+        plan.spec,
+        plan.body.program.fingerprint(),
+        plan.body.flags,
+        plan.body.classes,
+        plan.body.lazy_key,
+        plan.body.once,
+        plan.body.isa,
+        plan.finish,
+        tuple(str(o.type) for o in node.outputs),
+        op.yields_to,
+    )
 
 
 def plan_node(node) -> KernelPlan:

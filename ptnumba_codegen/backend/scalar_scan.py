@@ -32,8 +32,12 @@ from pytensor.scan.op import Scan
 from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.type import TensorType
 
+from ptnumba_codegen.backend.fallbacks import compile_fallback, perform_impl
 from ptnumba_codegen.backend.ops import is_policy_op
+from ptnumba_codegen.backend.plans import kernel_key, plan_node
 from ptnumba_codegen.lowering.base import Unsupported
+from ptnumba_codegen.lowering.kernel import KERNEL_JIT_OPTIONS, build_scalar_kernel, define
+from ptnumba_codegen.lowering.node_keys import cache_key
 
 SCAN_VERSION = 1
 IDENTITY_OPS = (DeepCopyOp, ScalarFromTensor, TensorFromScalar)
@@ -52,8 +56,6 @@ def _scalar_var(var) -> bool:
 
 def scan_problem(node) -> str | None:
     """Why ``node`` (a Scan) is not compiled as a scalar loop; None when it is."""
-    from ptnumba_codegen.backend.plans import plan_node
-
     op = node.op
     if not isinstance(op, Scan):
         return "not a Scan"
@@ -101,10 +103,6 @@ def _np_dtype(dtype: str) -> str:
 
 def _node_kernel(nd, **kwargs):
     """(scalar function of ``nd``, its cache key or None)."""
-    from ptnumba_codegen.backend.dispatch import compile_fallback, kernel_key, perform_impl
-    from ptnumba_codegen.backend.plans import plan_node
-    from ptnumba_codegen.lowering.kernel import build_scalar_kernel, define
-
     plan = plan_node(nd)
     stock_fallback = compile_fallback(nd.op, nd, **kwargs)
     if all(isinstance(v.type, ScalarType) for v in nd.inputs):
@@ -275,9 +273,6 @@ def _post_proc(store: str, max_offset: int, size: str) -> str:
 def funcify_scalar_scan(op, node, **kwargs):
     """(numba function, cache key) of the policy Scan ``node`` as one scalar loop."""
     from numba import njit
-
-    from ptnumba_codegen.backend.node_keys import cache_key
-    from ptnumba_codegen.lowering.kernel import KERNEL_JIT_OPTIONS, define
 
     kwargs = {k: v for k, v in kwargs.items() if k != "storage_map"}  # the outer graph's
     step_src, env, keys = _step_source(op.fgraph, **kwargs)

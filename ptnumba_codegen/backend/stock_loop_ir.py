@@ -24,13 +24,15 @@ called the compiled overload:
 - ``scalar_core`` (native scalar inputs first) is a forwarder written as IR too.
 
 What it does not write (a cast of a squeezed view, another shape of implementation) raises,
-and the forwarder calls the compiled overload as before. The loop is PyTensor's codegen in
+and the forwarder calls the compiled overload as before; so does every call where PyTensor's
+source of what it replicates (`STOCK_LOOP`) is not the recorded one. The loop is PyTensor's codegen in
 both, so the values are the same bits (tests/test_stock_loop_ir.py compares them with the
 compiled overload's, and counts what numba compiles).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 
@@ -43,6 +45,7 @@ from pytensor.link.numba.dispatch import vectorize_codegen
 from pytensor.scalar import ScalarType
 from pytensor.tensor.elemwise import Elemwise
 
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, StockSource
 from ptnumba_codegen.lowering.base import Unsupported, define, numba_type
 from ptnumba_codegen.lowering.kernel import dry_run_context
 from ptnumba_codegen.lowering.view_ir import as_strided_call, squeezed_view, view_type
@@ -66,6 +69,22 @@ VECTORIZED_ARGUMENTS = (
     "core_handles_out",
 )
 STOCK_CORE_NAME = "scalar_core"  # stock's forwarder putting native scalar inputs first
+
+_ELEMWISE = "pytensor.link.numba.dispatch.elemwise:"
+_VECTORIZE = "pytensor.link.numba.dispatch.vectorize_codegen:"
+# What this module replicates: the function FusedElemwise's overload generates (its scalar
+# positions and output finishes), the call of ``_vectorized`` in it (`VECTORIZED_ARGUMENTS`),
+# the overload's jit options; and their digest in the supported PyTensors.
+STOCK_LOOP = StockSource(
+    functions=(_ELEMWISE + "numba_funcify_FusedElemwise", _ELEMWISE + "_build_reduce_impl_src",
+               _VECTORIZE + "_vectorized._defn", _VECTORIZE + "_jit_options"),
+    digests={"856e872ef5add403": SUPPORTED_PYTENSOR},
+)
+
+
+@functools.cache
+def _stock_loop_problem() -> str | None:
+    return STOCK_LOOP.problem()
 
 
 @dataclass(frozen=True)
@@ -220,6 +239,8 @@ def implementation_in_ir(fn, op, node, fast: bool):
     written as IR; it raises `Unsupported` where it does not apply."""
 
     def impl_in_ir(typingctx, inputs: tuple):
+        if _stock_loop_problem() is not None:
+            raise Unsupported(f"the stock loop's source is not the one written here: {_stock_loop_problem()}")
         shape = stock_loop_shape(op, node)  # here: what it cannot read raises to the caller's fallback
         impl = _implementation(typingctx, fn, inputs)
         names = _read_names(impl)
@@ -278,5 +299,5 @@ def implementation_in_ir(fn, op, node, fast: bool):
     return impl_in_ir
 
 
-__all__ = ["OutputFinish", "StockLoopShape", "VECTORIZED_ARGUMENTS", "implementation_in_ir",
+__all__ = ["STOCK_LOOP", "OutputFinish", "StockLoopShape", "VECTORIZED_ARGUMENTS", "implementation_in_ir",
            "stock_loop_shape"]

@@ -24,6 +24,7 @@ from ptnumba_codegen.analysis.whole_graph import (
 from ptnumba_codegen.analysis.graph_ranges import graph_facts
 from ptnumba_codegen.analysis.inferred_shapes import unknown_length_bounds
 from ptnumba_codegen.backend.plans import plan_node, planner_for
+from ptnumba_codegen.compact.table import describe_rows_off
 from ptnumba_codegen.lowering.base import Unsupported
 from ptnumba_codegen.backend.scalar_scan import scan_problem
 from pytensor.scan.op import Scan
@@ -180,7 +181,8 @@ def scalar_scans(fgraph, policy) -> list:
 
 
 def summarize(nodes, policy) -> str:
-    """'policy default: 7 kernels generated, 2 with libmvec calls, 1 fell back (...)'."""
+    """'policy default: 7 kernels generated, 2 with libmvec calls, 1 fell back (...)', and the
+    compact ops off in this process, with why (`compact.table.describe_rows_off`)."""
     vectorized, fallbacks = 0, []
     for node in nodes:
         if isinstance(node.op, Scan):
@@ -195,4 +197,6 @@ def summarize(nodes, policy) -> str:
         f"{vectorized} with libmvec calls, {len(fallbacks)} fell back to the stock kernel"
     )
     text += f", {scans} Scan(s) compiled as scalar loops" if scans else ""
-    return text + (" (" + "; ".join(fallbacks) + ")" if fallbacks else "")
+    text += " (" + "; ".join(fallbacks) + ")" if fallbacks else ""
+    rows_off = describe_rows_off()
+    return f"{text}; {rows_off}" if rows_off else text

@@ -45,7 +45,7 @@ import pytest
 import ptnumba_codegen
 from ptnumba_codegen.as_written import freeze as as_written
 from ptnumba_codegen.as_written import op as as_written_op
-from ptnumba_codegen.backend import dispatch
+from ptnumba_codegen.backend import fallbacks
 from ptnumba_codegen.backend import ops
 from ptnumba_codegen.passes import policy_codegen as rewrite
 from ptnumba_codegen.policy import ENV_VAR, PolicyError
@@ -99,7 +99,7 @@ def _install_counters() -> None:
         apply._ptnumba_counted = True
         cls.apply = apply
 
-    original_fallback = getattr(dispatch, "stock_fallback", None)
+    original_fallback = getattr(fallbacks, "stock_fallback", None)
     if original_fallback is not None and not getattr(original_fallback, "_ptnumba_counted", False):
 
         @functools.wraps(original_fallback)
@@ -109,7 +109,7 @@ def _install_counters() -> None:
             return original_fallback(op, node, reason, *args, **kwargs)
 
         stock_fallback._ptnumba_counted = True
-        dispatch.stock_fallback = stock_fallback
+        fallbacks.stock_fallback = stock_fallback
 
 
 def _policy_source(config) -> str:

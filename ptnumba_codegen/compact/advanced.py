@@ -10,11 +10,11 @@ shape (``np.broadcast_to(y, update_shape)``, whose result it discards) and a loo
 ``z[idx0[i], ..., ...] += y[...]`` (or ``=``) in index order for a scatter, so that a repeated
 index accumulates. Each is one more run of numba's pipeline per pattern and types in every
 cold process, with ``np.broadcast_shapes``', ``np.broadcast_to``'s and ``np.empty``'s
-overloads behind it: 0.3-2 s of the hierarchical and Gaussian-process models of the
-catalogue (docs/benchmarks.md, stop 51).
+overloads behind it (the hierarchical and Gaussian-process models of the catalogue;
+figures: docs/benchmarks.md).
 
-The compact ops (`CompactAdvancedSubtensor`, `CompactAdvancedIncSubtensor`: subclasses, so
-shape inference, gradients and printing are PyTensor's) take the nodes whose indices are
+The compact ops (`ADVANCED_SUBTENSOR`, `ADVANCED_INC_SUBTENSOR`: subclasses, so shape
+inference, gradients and printing are PyTensor's) take the nodes whose indices are
 integer vectors on the leading axes, in order (`why_not_compact`): what hierarchical models'
 ``x[group]`` and packed triangular matrices' ``x[rows, cols]`` are. Their node function is an
 intrinsic (`advanced_intrinsic`) writing stock's function into its caller from numba's own
@@ -24,12 +24,12 @@ pieces, in stock's order:
   vectors), each read at 0 where its length is 1 (``np.broadcast_to``'s zero stride);
 - a gather: numba's ``np.empty`` allocation, C order;
 - a scatter: numba's ``x.copy()`` (C order) or ``x`` in place; the tests numba's
-  ``_can_broadcast`` makes on the update, with its messages (`compact_increments.broadcast_checks`);
+  ``_can_broadcast`` makes on the update, with its messages (`compact.increments.broadcast_checks`);
   a 0-d update read once (stock's ``y.item()``);
 - per position ``i``, in order: the indices, then numba's basic indexing of ``x`` by them
   (negative indices count from the end, as stock's ``getitem``), then the trailing elements
   in C order, copied, or ``+=`` as numba lowers it for the two dtypes then the store's cast
-  (`compact_increments.increment_intrinsic`'s store), the update read as stock's source reads
+  (`compact.increments.increment_intrinsic`'s store), the update read as stock's source reads
   it (index 0 along a dimension statically 1, the loop index or 0 by its run-time length
   where unknown).
 
@@ -46,27 +46,15 @@ import operator
 from numba.core import cgutils, types
 from numba.core.imputils import impl_ret_borrowed
 from numba.np import arrayobj
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
 from pytensor.tensor.type import integer_dtypes
 
-from ptnumba_codegen.backend.compact_increments import broadcast_checks, update_index
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.increments import broadcast_checks, update_index
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
+from ptnumba_codegen.compact.subtensor import SUBTENSOR_DISPATCH
 
 SHAPES_MESSAGE = "shape mismatch: objects cannot be broadcast to a single shape"  # numba's np.broadcast_shapes
-
-
-class CompactAdvancedSubtensor(AdvancedSubtensor):
-    """``AdvancedSubtensor`` by integer vectors, whose node function is an intrinsic."""
-
-
-class CompactAdvancedIncSubtensor(AdvancedIncSubtensor):
-    """``AdvancedIncSubtensor`` by integer vectors, whose node function is an intrinsic."""
-
-
-CompactAdvancedSubtensor.__name__ = "AdvancedSubtensor"
-CompactAdvancedIncSubtensor.__name__ = "AdvancedIncSubtensor"
 
 
 def _index_inputs(node) -> list:
@@ -207,23 +195,42 @@ def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
     return ni.node_intrinsic(name, n_front + k, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactAdvancedSubtensor)
-def numba_funcify_CompactAdvancedSubtensor(op, node, **kwargs):
-    """The gather intrinsic and its cache key (the package's source and the index list)."""
-    n = len(node.inputs) - 1
-    return advanced_intrinsic(n, stock_node_function(op, node)), cache_key("CompactAdvancedSubtensor", "intrinsic", n)
+def scatter_intrinsic(n_indices: int, inplace: bool, set_instead: bool, y_static: tuple, stock):
+    """`advanced_intrinsic` of a scatter: ``advanced_inc_subtensor(x, y, idx_0, ...)``."""
+    return advanced_intrinsic(n_indices, stock, {"inplace": inplace, "set_instead_of_inc": set_instead, "y_static": y_static})
 
 
-@register_funcify_and_cache_key(CompactAdvancedIncSubtensor)
-def numba_funcify_CompactAdvancedIncSubtensor(op, node, **kwargs):
-    """The scatter intrinsic and its cache key (the package's source, the op's props and the
-    update's static shape, which stock's source spells out)."""
-    n = len(node.inputs) - 2
-    scatter = {"inplace": op.inplace, "set_instead_of_inc": op.set_instead_of_inc,
-               "y_static": tuple(node.inputs[1].type.shape)}
-    fn = advanced_intrinsic(n, stock_node_function(op, node), scatter)
-    return fn, cache_key("CompactAdvancedIncSubtensor", "intrinsic", n, op.inplace, op.set_instead_of_inc,
-                         scatter["y_static"])
+# stock's function for both (`vector_integer_advanced_indexing` for the nodes the compact ops take)
+STOCK = StockSource(
+    functions=(SUBTENSOR_DISPATCH + "numba_funcify_AdvancedSubtensor", SUBTENSOR_DISPATCH + "vector_integer_advanced_indexing"),
+    digests={"03d28d5b9931de06": SUPPORTED_PYTENSOR},
+)
+
+ADVANCED_SUBTENSOR = Replica(
+    stock_op="pytensor.tensor.subtensor:AdvancedSubtensor",
+    reason="a numba function of its own per index pattern and types (x[idx], x[rows, cols]), which compiles "
+    "np.broadcast_shapes', np.broadcast_to's and np.empty's overloads besides; the compact one is an "
+    "intrinsic inside its caller making stock's index broadcast, allocation and copy loop with numba's "
+    "own pieces",
+    source=STOCK,
+    params=lambda op, node: (len(node.inputs) - 1,),  # the number of index vectors
+    intrinsic=advanced_intrinsic,
+    takes=why_not_compact,
+)
+
+ADVANCED_INC_SUBTENSOR = Replica(
+    stock_op="pytensor.tensor.subtensor:AdvancedIncSubtensor",
+    reason="the same for a scatter (a gradient's inc_subtensor of x[idx], a packed matrix's set), which "
+    "compiles x.copy()'s and np.broadcast_to's implementations besides; the compact one is an "
+    "intrinsic making stock's copy, _can_broadcast's test and loop in index order (a repeated index "
+    "adds up) with numba's own pieces",
+    source=STOCK,
+    # the index vectors, the op's props and the update's static shape (which stock's source spells out)
+    params=lambda op, node: (len(node.inputs) - 2, op.inplace, op.set_instead_of_inc, tuple(node.inputs[1].type.shape)),
+    intrinsic=scatter_intrinsic,
+    takes=why_not_compact,
+)
 
 
-__all__ = ["SHAPES_MESSAGE", "CompactAdvancedIncSubtensor", "CompactAdvancedSubtensor", "advanced_intrinsic", "why_not_compact"]
+__all__ = ["ADVANCED_INC_SUBTENSOR", "ADVANCED_SUBTENSOR", "SHAPES_MESSAGE", "advanced_intrinsic", "scatter_intrinsic",
+           "why_not_compact"]

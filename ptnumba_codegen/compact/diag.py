@@ -2,35 +2,26 @@
 
 PyTensor's numba ``ExtractDiag`` of a matrix is ``np.diag(x, k=offset)``, then ``.copy()``
 unless the op may return a view: a numba function of its own per offset, view flag and
-types, with ``np.diag``'s overload compiled behind it (0.15-0.3 s of a cold compile in the
-catalogue's models with a covariance's or Cholesky factor's diagonal: docs/benchmarks.md,
-stop 51). numba's ``np.diag`` of a matrix allocates a new C vector of length
+types, with ``np.diag``'s overload compiled behind it (the catalogue's models with a
+covariance's or Cholesky factor's diagonal; figures: docs/benchmarks.md). numba's ``np.diag`` of a matrix allocates a new C vector of length
 ``max(min(rows + min(k, 0), cols - max(k, 0)), 0)`` (``np.empty``) and copies
 ``x[i, i + k]`` (``x[i - k, i]`` for a negative ``k``) into it; stock's ``.copy()`` of that
 fresh vector is another fresh C vector of the same elements.
 
-`CompactExtractDiag` (a subclass: shape inference, gradient, printing are ExtractDiag's) takes
+The compact ``ExtractDiag`` (`EXTRACT_DIAG`: a subclass, shape inference, gradient, printing
+are ExtractDiag's) takes
 the nodes of a 2-d input (`why_not_compact`; the general case is stock's own loop). Its node
 function is an intrinsic that writes ``np.diag``'s allocation and copy into its caller with
-numba's own pieces (`lowering.node_intrinsics`): the same values in a new C vector of
+numba's own pieces (`compact.node_intrinsics`): the same values in a new C vector of
 stock's type, whether or not stock copies it again.
 """
 
 from __future__ import annotations
 
 from numba.core import cgutils, types
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.basic import ExtractDiag
 
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
-from ptnumba_codegen.lowering import node_intrinsics as ni
-
-
-class CompactExtractDiag(ExtractDiag):
-    """``ExtractDiag`` of a matrix, whose node function is an intrinsic."""
-
-
-CompactExtractDiag.__name__ = "ExtractDiag"
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import Replica, StockSource
 
 
 def why_not_compact(node) -> str | None:
@@ -74,10 +65,21 @@ def diag_intrinsic(offset: int, stock):
     return ni.node_intrinsic("extract_diag", 1, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactExtractDiag)
-def numba_funcify_CompactExtractDiag(op, node, **kwargs):
-    """The intrinsic and its cache key (the package's source and the offset)."""
-    return diag_intrinsic(op.offset, stock_node_function(op, node)), cache_key("CompactExtractDiag", "intrinsic", op.offset)
+EXTRACT_DIAG = Replica(
+    stock_op="pytensor.tensor.basic:ExtractDiag",
+    reason="np.diag(x, k) (then .copy()): a numba function of its own per offset and types, with "
+    "np.diag's overload compiled behind it; the compact one is an intrinsic inside its caller "
+    "making np.diag's allocation and copy with numba's own pieces",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.tensor_basic:numba_funcify_ExtractDiag",),
+        # 3.3.8 copies the diagonal of more than two dimensions with _copyto; the matrix's, the
+        # one replicated, is the same np.diag in all three
+        digests={"51cf89d4ccee99a5": ("3.3.6", "3.3.7"), "32ee10658ddb6f23": ("3.3.8",)},
+    ),
+    params=lambda op, node: (op.offset,),
+    intrinsic=diag_intrinsic,
+    takes=why_not_compact,
+)
 
 
-__all__ = ["CompactExtractDiag", "diag_intrinsic", "why_not_compact"]
+__all__ = ["EXTRACT_DIAG", "diag_intrinsic", "why_not_compact"]

@@ -2,20 +2,20 @@
 
 A node function numba compiles is one more run of numba's whole pipeline in every cold
 process (bytecode analysis, type inference, lowering, its own LLVM module optimized, then
-linked into the graph's and optimized again): 10-80 ms for a node that only moves a few
-elements (docs/benchmarks.md, "Small nodes as intrinsics"). An intrinsic has no pipeline of
+linked into the graph's and optimized again), even for a node that only moves a few
+elements (figures: docs/benchmarks.md, "Small nodes as intrinsics"). An intrinsic has no pipeline of
 its own: numba types the call with the typer below and the codegen writes the node's IR into
 the caller's function, where LLVM optimizes it once, with the caller.
 
-Only nodes that move values are lowered so (`backend.compact_arrays`, `backend.compact_views`,
-`backend.compact_subtensor`, `backend.compact_join`, `backend.compact_advanced`'s gathers):
+Only nodes that move values are lowered so (`compact.arrays`, `compact.views`,
+`compact.subtensor`, `compact.join`, `compact.advanced`'s gathers):
 loads, stores, allocation, views, whose values are the same bits whatever optimizes them;
-and increments (`backend.compact_increments`, `backend.compact_advanced`'s scatters), whose
+and increments (`compact.increments`, `compact.advanced`'s scatters), whose
 each ``+=`` is one operation on two loaded elements, in stock's order, carrying the caller's
-fast-math flags as stock's function carries the same setting: nothing LLVM can regroup. (At stop 46 a ``Subtensor`` view inside the graph's function let LLVM regroup a
-reassociable sum of rugby's logp by one ulp; since reassociating kernels are optimized in
-libraries of their own (`own_library`, stop 47) the graph's code no longer reaches them, and
-the 15 core models' bits are unchanged with it: docs/benchmarks.md, stop 50.)
+fast-math flags as stock's function carries the same setting: nothing LLVM can regroup.
+(A view inside the graph's function could let LLVM regroup a reassociable sum around it;
+reassociating kernels are optimized in libraries of their own, `own_library`, which the
+graph's code does not reach.)
 
 The helpers are numba's own lowering pieces, the ones its ``np.empty``, ``getitem`` and
 ``setitem`` implementations use: `numba.np.arrayobj._empty_nd_impl` (allocation),

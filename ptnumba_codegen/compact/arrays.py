@@ -8,10 +8,9 @@ overload (and for a list, a list and ``np.empty``'s overload behind it) and ``np
 in every cold process, once per argument types: shape vectors of int64, a gradient's
 scalars, a scalar's 0-d array.
 
-`CompactMakeVector`, `CompactTensorFromScalar`, `CompactShape_i`, `CompactScalarizedJoin`
-and `CompactScalarFromTensor` are the same ops (subclasses: shape inference, gradients and
-printing are the stock ones'). Their node functions are numba intrinsics
-(`lowering.node_intrinsics`), lowered into the graph's function with no numba compile of
+Their compact ops (`MAKE_VECTOR`, `TENSOR_FROM_SCALAR`, `SHAPE_I`, `SCALARIZED_JOIN`,
+`SCALAR_FROM_TENSOR`) are the same ops (subclasses: shape inference, gradients and printing
+are the stock ones'). Their node functions are numba intrinsics (`compact.node_intrinsics`), lowered into the graph's function with no numba compile of
 their own: the array is allocated by the code that makes up all of ``np.empty``'s overload
 body (`numba_empty_nd`'s, `arrayobj._empty_nd_impl`: the same allocation, checks and numba
 type, 'C' layout) and the elements are stored as stock's stores them; an element is converted
@@ -22,57 +21,16 @@ types as stock's (tests/test_compact_arrays.py).
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 from numba.core import cgutils, types
 from numba.np.arrayobj import numpy_empty_nd
 from numba.np.numpy_support import from_dtype
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.basic import MakeVector, ScalarFromTensor, TensorFromScalar
-from pytensor.tensor.rewriting.scalarize import ScalarizedJoin
-from pytensor.tensor.shape import Shape_i
 from pytensor.tensor.type import TensorType
 
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
-
-class CompactMakeVector(MakeVector):
-    """``MakeVector`` whose numba function stores its scalars into ``np.empty``'s array."""
-
-
-class CompactTensorFromScalar(TensorFromScalar):
-    """``TensorFromScalar`` whose numba function stores the scalar into a 0-d array."""
-
-
-class CompactShape_i(Shape_i):
-    """``Shape_i`` whose numba function stores the dimension into a 0-d int64 array."""
-
-
-class CompactScalarFromTensor(ScalarFromTensor):
-    """``ScalarFromTensor`` whose numba function is an intrinsic loading the 0-d array's item."""
-
-
-class CompactScalarizedJoin(ScalarizedJoin):
-    """``ScalarizedJoin`` whose numba function fills an array from ``np.empty``'s intrinsic."""
-
-
-# Printed (dprint, str) as the ops they replace, like the other compact ops; pickled by
-# their qualified names.
-CompactMakeVector.__name__ = "MakeVector"
-CompactTensorFromScalar.__name__ = "TensorFromScalar"
-CompactScalarizedJoin.__name__ = "ScalarizedJoin"
-CompactScalarFromTensor.__name__ = "ScalarFromTensor"
-CompactShape_i.__name__ = "Shape_i"
-
-
-def compact_scalarized_join(node):
-    """The compact op for a ``ScalarizedJoin`` node: a copy of its op (an OpFromGraph: the
-    same inner graph, built once by the rewrite) of the compact class."""
-    op = copy.copy(node.op)
-    op.__class__ = CompactScalarizedJoin
-    return op
+TENSOR_BASIC = "pytensor.link.numba.dispatch.tensor_basic:"
 
 
 def why_not_compact(node) -> str | None:
@@ -211,42 +169,72 @@ def scalar_join_intrinsic(n: int, dtype: str, stock):
     return ni.node_intrinsic("scalar_join", n, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactMakeVector)
-def numba_funcify_CompactMakeVector(op, node, **kwargs):
-    """The intrinsic and its cache key (`node_keys.cache_key`: the package's source, the
-    length and the dtype)."""
-    n, dtype = len(node.inputs), node.outputs[0].type.dtype
-    return make_vector_intrinsic(n, dtype, stock_node_function(op, node)), cache_key("CompactMakeVector", "intrinsic", n, dtype)
+MAKE_VECTOR = Replica(
+    stock_op="pytensor.tensor.basic:MakeVector",
+    reason="np.array of a list: numba compiles the list, np.array's overload and np.empty's behind it, "
+    "per argument types; the compact one is an intrinsic storing the scalars into an array from "
+    "np.empty's own allocation inside its caller",
+    source=StockSource(
+        functions=(TENSOR_BASIC + "numba_funcify_MakeVector",),
+        digests={"10c4bac1d5a5b3d9": SUPPORTED_PYTENSOR},
+    ),
+    params=lambda op, node: (len(node.inputs), node.outputs[0].type.dtype),
+    intrinsic=make_vector_intrinsic,
+    takes=why_not_compact,
+)
+
+TENSOR_FROM_SCALAR = Replica(
+    stock_op="pytensor.tensor.basic:TensorFromScalar",
+    reason="np.array of a scalar: np.array's overload, compiled per dtype; the compact one is an "
+    "intrinsic storing the scalar into a 0-d array from np.empty's own allocation inside its caller",
+    source=StockSource(
+        functions=(TENSOR_BASIC + "numba_funcify_TensorFromScalar",),
+        digests={"25af4c29df4ba5dc": SUPPORTED_PYTENSOR},
+    ),
+    params=lambda op, node: (node.outputs[0].type.dtype,),
+    intrinsic=tensor_from_scalar_intrinsic,
+)
+
+SHAPE_I = Replica(
+    stock_op="pytensor.tensor.shape:Shape_i",
+    reason="np.asarray(np.shape(x)[i]): a numba function of its own per axis and input type, with "
+    "np.asarray's overload compiled behind it; the compact one is an intrinsic storing the "
+    "dimension into a 0-d array from np.empty's own allocation inside its caller",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.shape:numba_funcify_Shape_i",),
+        digests={"efaa13c9b759b4b4": SUPPORTED_PYTENSOR},
+    ),
+    params=lambda op, node: (op.i,),  # for every input type: the call's type says which
+    intrinsic=shape_i_intrinsic,
+)
+
+SCALAR_FROM_TENSOR = Replica(
+    stock_op="pytensor.tensor.basic:ScalarFromTensor",
+    reason="a numba function of its own per dtype (x[()]), one more pipeline and LLVM module; the "
+    "compact one is an intrinsic loading the item inside its caller (compact.node_intrinsics)",
+    source=StockSource(
+        functions=(TENSOR_BASIC + "numba_funcify_ScalarFromTensor",),
+        digests={"e57dac0e171ecd38": SUPPORTED_PYTENSOR},
+    ),
+    params=lambda op, node: (),  # for every dtype: the call's type says which
+    intrinsic=scalar_from_tensor_intrinsic,
+)
+
+SCALARIZED_JOIN = Replica(
+    stock_op="pytensor.tensor.rewriting.scalarize:ScalarizedJoin",
+    reason="fills np.empty(length, dtype): np.empty's overload, compiled per dtype; the compact one "
+    "is an intrinsic filling an array from np.empty's own allocation inside its caller",
+    source=StockSource(
+        functions=(TENSOR_BASIC + "numba_funcify_ScalarizedJoin",),
+        digests={"8b83b2ab13365693": SUPPORTED_PYTENSOR},
+    ),
+    # the inputs' count (their types, scalar or vector, are the call's) and the dtype
+    params=lambda op, node: (len(node.inputs), node.outputs[0].type.dtype),
+    intrinsic=scalar_join_intrinsic,
+    rebuilt_by="copy",
+)
 
 
-@register_funcify_and_cache_key(CompactTensorFromScalar)
-def numba_funcify_CompactTensorFromScalar(op, node, **kwargs):
-    """The intrinsic and its cache key (the package's source and the dtype)."""
-    dtype = node.outputs[0].type.dtype
-    return tensor_from_scalar_intrinsic(dtype, stock_node_function(op, node)), cache_key("CompactTensorFromScalar", "intrinsic", dtype)
-
-
-@register_funcify_and_cache_key(CompactShape_i)
-def numba_funcify_CompactShape_i(op, node, **kwargs):
-    """The intrinsic (for every input type: the call's type says which) and its cache key
-    (the package's source and the axis)."""
-    return shape_i_intrinsic(op.i, stock_node_function(op, node)), cache_key("CompactShape_i", "intrinsic", op.i)
-
-
-@register_funcify_and_cache_key(CompactScalarFromTensor)
-def numba_funcify_CompactScalarFromTensor(op, node, **kwargs):
-    """The intrinsic (for every dtype: the call's type says which) and its cache key."""
-    return scalar_from_tensor_intrinsic(stock_node_function(op, node)), cache_key("CompactScalarFromTensor", "intrinsic")
-
-
-@register_funcify_and_cache_key(CompactScalarizedJoin)
-def numba_funcify_CompactScalarizedJoin(op, node, **kwargs):
-    """The intrinsic and its cache key: the package's source, the dtype and the number of
-    inputs (their types, scalar or vector, are the call's)."""
-    dtype = node.outputs[0].type.dtype
-    return scalar_join_intrinsic(len(node.inputs), dtype, stock_node_function(op, node)), cache_key("CompactScalarizedJoin", "intrinsic", dtype, len(node.inputs))
-
-
-__all__ = ["CompactMakeVector", "CompactScalarFromTensor", "CompactScalarizedJoin", "CompactShape_i", "CompactTensorFromScalar", "compact_scalarized_join",
-           "c_array", "empty_env", "make_vector_intrinsic", "scalar_from_tensor_intrinsic", "scalar_join_intrinsic", "shape_i_intrinsic", "tensor_from_scalar_intrinsic",
-           "why_not_compact"]
+__all__ = ["MAKE_VECTOR", "SCALARIZED_JOIN", "SCALAR_FROM_TENSOR", "SHAPE_I", "TENSOR_FROM_SCALAR", "c_array",
+           "empty_env", "make_vector_intrinsic", "scalar_from_tensor_intrinsic", "scalar_join_intrinsic",
+           "shape_i_intrinsic", "tensor_from_scalar_intrinsic", "why_not_compact"]

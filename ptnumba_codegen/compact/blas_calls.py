@@ -1,15 +1,18 @@
 """Calls of scipy's BLAS by symbol, written as IR: what the compact ``Dot``'s product
-(`compact_dot`), its intrinsic (`compact_dot_ir`) and the compact triangular solve
-(`compact_solve`) emit."""
+(`compact.dot`), its intrinsic (`compact.dot_ir`) and the compact triangular solve
+(`compact.solve`) emit; and the binding of scipy's BLAS and LAPACK routines to their symbols
+(`bind_routines`), which every compact op calling one names in its record
+(`Replica.routines`)."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 from numba.core import cgutils, types
 
-from ptnumba_codegen.runtime.cython_symbols import symbol_name
+from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
 
 BLAS_MODULE = "scipy.linalg.cython_blas"
+LAPACK_MODULE = "scipy.linalg.cython_lapack"
 # dtype -> the prefix of scipy's BLAS routines for it (dgemm, sgemv, ...: the functions
 # stock's `_BLAS` looks up)
 ROUTINES = {"float64": "d", "float32": "s"}
@@ -43,9 +46,18 @@ def _blas_value(context, builder, kind, value, ty, fty):
     return cgutils.alloca_once_value(builder, value)
 
 
+def bind_routines(routines: tuple[tuple[str, str], ...]) -> None:
+    """Bind each ``(cython module, routine)`` of scipy's, in every dtype of `ROUTINES`, to its
+    symbol (`cython_symbols.bind`), so that code calling it by symbol finds it, whether
+    compiled now or loaded from numba's cache (not typed again)."""
+    for module, routine in routines:
+        for prefix in ROUTINES.values():
+            bind(module, prefix + routine)
+
+
 def emit_blas_call(context, builder, routine: str, dtype, passed: list) -> None:
-    """`compact_dot.blas_call`'s code, for ``(value, numba type)`` pairs already in hand
-    (`compact_dot_ir`'s): the routine of ``dtype`` called by its symbol."""
+    """`compact.dot.blas_call`'s code, for ``(value, numba type)`` pairs already in hand
+    (`compact.dot_ir`'s): the routine of ``dtype`` called by its symbol."""
     symbol = symbol_name(BLAS_MODULE, ROUTINES[str(dtype)] + routine)
     fty = context.get_value_type(dtype)
     passed = iter(passed)
@@ -59,4 +71,5 @@ def emit_blas_call(context, builder, routine: str, dtype, passed: list) -> None:
     builder.call(callee, values)
 
 
-__all__ = ["BLAS_ARGUMENTS", "BLAS_MODULE", "LAYOUTS", "ROUTINES", "SLOW_PATH_FAILED", "emit_blas_call"]
+__all__ = ["BLAS_ARGUMENTS", "BLAS_MODULE", "LAPACK_MODULE", "LAYOUTS", "ROUTINES", "SLOW_PATH_FAILED", "bind_routines",
+           "emit_blas_call"]

@@ -9,11 +9,12 @@ starts an accumulator at zero and, element by element in ``x``'s order, adds the
 with ``operator.iadd``'s implementation and stores the accumulator (``np.cumprod``: one, and
 ``*=``); for a float ``x`` the result has ``x``'s dtype.
 
-`CompactCumOp` (a subclass: shape inference, gradient, printing are CumOp's) takes the nodes
+The compact ``CumOp`` (`CUMOP`: a subclass, shape inference, gradient, printing are CumOp's)
+takes the nodes
 of a 1-d float input (`why_not_compact`; more dimensions are stock's loop over an axis,
 integers and bools stock's widening to ``intp``). Its node function is an intrinsic writing
 the same allocation and loop into its caller with numba's own pieces
-(`lowering.node_intrinsics`): each step is one ``+`` (``*``) of the accumulator and the next
+(`compact.node_intrinsics`): each step is one ``+`` (``*``) of the accumulator and the next
 element, in stock's order, carrying the caller's fast-math flags as stock's function carries
 the same setting. No step can be regrouped: every partial result is stored (a running
 value, not a reduction LLVM may vectorize).
@@ -24,22 +25,13 @@ from __future__ import annotations
 import operator
 
 from numba.core import cgutils, types
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.extra_ops import CumOp
 
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 # CumOp's mode -> (numba's in-place operator stock's loop applies, the accumulator's start)
 STEPS = {"add": (operator.iadd, 0.0), "mul": (operator.imul, 1.0)}
 FLOAT_DTYPES = ("float64", "float32")
-
-
-class CompactCumOp(CumOp):
-    """``CumOp`` of a float vector, whose node function is an intrinsic."""
-
-
-CompactCumOp.__name__ = "CumOp"
 
 
 def why_not_compact(node) -> str | None:
@@ -85,10 +77,19 @@ def cumop_intrinsic(mode: str, stock):
     return ni.node_intrinsic(f"cum{mode}", 1, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactCumOp)
-def numba_funcify_CompactCumOp(op, node, **kwargs):
-    """The intrinsic and its cache key (the package's source and the mode)."""
-    return cumop_intrinsic(op.mode, stock_node_function(op, node)), cache_key("CompactCumOp", "intrinsic", op.mode)
+CUMOP = Replica(
+    stock_op="pytensor.tensor.extra_ops:CumOp",
+    reason="np.cumsum(x) (np.cumprod): a numba function of its own per mode and type, with the overload's "
+    "intrinsic compiled behind it; the compact one is an intrinsic inside its caller making the same "
+    "allocation and running sum or product in stock's order with numba's own pieces",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.extra_ops:numba_funcify_CumOp",),
+        digests={"5a1109d8a2953689": SUPPORTED_PYTENSOR},
+    ),
+    params=lambda op, node: (op.mode,),
+    intrinsic=cumop_intrinsic,
+    takes=why_not_compact,
+)
 
 
-__all__ = ["CompactCumOp", "cumop_intrinsic", "why_not_compact"]
+__all__ = ["CUMOP", "FLOAT_DTYPES", "STEPS", "cumop_intrinsic", "why_not_compact"]

@@ -12,18 +12,18 @@ function calling others, each compiled in every cold process:
   time (``tuple_setitem``), the squeeze checks, then a strided view typed with the layout
   the shuffle preserves, behind an overload of its own.
 
-`CompactDimShuffle` is the same op (a subclass: shape inference, gradient, printing are
-DimShuffle's). Its numba function makes the same view the same way with what the node
+The compact ``DimShuffle`` (`DIMSHUFFLE`) is the same op (a subclass: shape inference,
+gradient, printing are DimShuffle's). Its numba function makes the same view the same way with what the node
 fixes spelled out: the same checks in the same order with the same message, the view by
 numba's own ``reshape_unchecked`` where stock's ``as_strided`` ends there, and by one
 intrinsic (`shuffled_view`) elsewhere, which reads the shape and strides the new order
 names and types the view as stock's does (PyTensor's own layout rule,
-``_dimshuffle_out_layout``). The same data, shape, strides, owner and numba type as
+``_dimshuffle_out_layout``, looked up when a view is typed). The same data, shape, strides, owner and numba type as
 stock's (tests/test_compact_views.py). A shuffle that drops no axis of an array checks
 nothing, and its node function is `shuffled_view` itself, lowered into the graph's function;
 one of an array that drops axes is `checked_view`, stock's checks and the view, lowered there
-too, and so is one of a 0-d array (`lowering.node_intrinsics`: 6-9 such nodes in a small
-catalogue model, 10-25 ms of numba's pipeline each before).
+too, and so is one of a 0-d array (`compact.node_intrinsics`: no run of numba's pipeline
+for any of them).
 """
 
 from __future__ import annotations
@@ -36,22 +36,14 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from numba.np.arrayobj import reshape_unchecked
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.link.numba.dispatch.elemwise import _dimshuffle_out_layout
 from pytensor.link.utils import compile_function_src
-from pytensor.tensor.elemwise import DimShuffle
 
-from ptnumba_codegen.backend.node_keys import cache_key
-from ptnumba_codegen.lowering.node_intrinsics import node_intrinsic
+from ptnumba_codegen.compact.node_intrinsics import node_intrinsic
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource, stock_name
 
 SQUEEZE_MESSAGE = "DimShuffle: Attempting to squeeze axes with size not equal to one"  # stock's
-
-
-class CompactDimShuffle(DimShuffle):
-    """``DimShuffle`` whose numba function builds its view in one function (see above)."""
-
-
-CompactDimShuffle.__name__ = "DimShuffle"
+ELEMWISE = "pytensor.link.numba.dispatch.elemwise:"
+OUT_LAYOUT = ELEMWISE + "_dimshuffle_out_layout"  # PyTensor's layout rule for the view
 
 
 @functools.cache
@@ -78,7 +70,7 @@ def view_type(arr: types.Array, new_order: tuple[int, ...], unit_axes: frozenset
     ``reshape_unchecked``'s for a view of no axis (``new_order == ()``) or of a 0-d array."""
     if new_order == () or arr.ndim == 0:
         return arr.copy(ndim=len(new_order), layout="A")
-    return types.Array(arr.dtype, len(new_order), _dimshuffle_out_layout(arr.layout, new_order, unit_axes))
+    return types.Array(arr.dtype, len(new_order), stock_name(OUT_LAYOUT)(arr.layout, new_order, unit_axes))
 
 
 def view_of(context, builder, in_type, out_type, value, new_order: tuple[int, ...]):
@@ -114,17 +106,17 @@ def squeeze_checks(context, builder, in_type, value, axes) -> None:
             context.call_conv.return_user_exc(builder, ValueError, (SQUEEZE_MESSAGE,))
 
 
-def checked_view(op: DimShuffle, unit_axes: frozenset[int], stock):
+def checked_view(input_ndim: int, new_order: tuple[int, ...], drop: tuple[int, ...], unit_axes: frozenset[int],
+                 stock):
     """The node function of a shuffle that drops axes (stock's checks, then the view) or of a
     0-d array (a view of length-1 axes with stride 0, as stock's ``reshape_unchecked`` of
     ``np.asarray(x)``, which is ``x`` for an array): a node intrinsic lowered into the graph's
     function (`node_intrinsics`); ``stock()`` (the compact function numba compiles) if the
     generator cannot lower it (a scalar where stock's ``np.asarray`` makes an array)."""
-    new_order, drop = tuple(op._new_order), tuple(op.drop)
 
     def typer(typingctx, arg_types):
         (arr,) = arg_types
-        if not isinstance(arr, types.Array) or arr.ndim != op.input_ndim:
+        if not isinstance(arr, types.Array) or arr.ndim != input_ndim:
             return None
         out_type = view_type(arr, new_order, unit_axes)
 
@@ -137,7 +129,7 @@ def checked_view(op: DimShuffle, unit_axes: frozenset[int], stock):
     return node_intrinsic("dimshuffle", 1, typer, stock)
 
 
-def dimshuffle_source(op: DimShuffle, unit_axes: frozenset[int]) -> tuple[str, dict]:
+def dimshuffle_source(op, unit_axes: frozenset[int]) -> tuple[str, dict]:
     """The compact function's source and globals for ``op`` (stock's three cases)."""
     new_order = tuple(op._new_order)
     env = {"np": np, "reshape_unchecked": reshape_unchecked, "MESSAGE": SQUEEZE_MESSAGE}
@@ -156,24 +148,47 @@ def dimshuffle_source(op: DimShuffle, unit_axes: frozenset[int]) -> tuple[str, d
     return "\n".join(lines) + "\n", env
 
 
-@register_funcify_and_cache_key(CompactDimShuffle)
-def numba_funcify_CompactDimShuffle(op, node, **kwargs):
-    """The view and its cache key (`node_keys.cache_key`: the package's source, the new
-    order, the input's rank and its statically unit axes, as stock's key has them). A
-    shuffle that drops no axis of an array is `shuffled_view` itself."""
-    unit_axes = frozenset(axis for axis, length in enumerate(node.inputs[0].type.shape) if length == 1)
-    key = cache_key("CompactDimShuffle", op.input_ndim, tuple(op._new_order), sorted(unit_axes))
-    if op.input_ndim > 0 and tuple(op._new_order) and not op.drop:
-        # nothing to check: the node function is the view itself, lowered into its caller
-        # (`lowering.node_intrinsics`), no numba compile of its own
-        return shuffled_view(tuple(op._new_order), unit_axes), cache_key(key, "intrinsic")
-    src, env = dimshuffle_source(op, unit_axes)
+def shuffle_params(op, node) -> tuple:
+    """The record's params: the input's rank, the new order, the dropped axes and the
+    input's statically unit axes (sorted), as stock's function and key have them."""
+    unit_axes = tuple(axis for axis, length in enumerate(node.inputs[0].type.shape) if length == 1)
+    return op.input_ndim, tuple(op._new_order), tuple(op.drop), unit_axes
 
-    def stock():
+
+def dimshuffle_function(op, node, **kwargs):
+    """``() ->`` `checked_view`'s fallback: `dimshuffle_source` compiled by numba."""
+    src, env = dimshuffle_source(op, frozenset(shuffle_params(op, node)[3]))
+
+    def build():
         return numba_basic.numba_njit(compile_function_src(src, "dimshuffle", env))
 
-    # the checks and the view lowered into the caller: no numba compile of its own
-    return checked_view(op, unit_axes, stock), cache_key(key, "checked intrinsic")
+    return build
 
 
-__all__ = ["CompactDimShuffle", "SQUEEZE_MESSAGE", "checked_view", "dimshuffle_source", "shuffled_view", "squeeze_checks", "view_of", "view_type"]
+def dimshuffle_node_function(input_ndim: int, new_order: tuple[int, ...], drop: tuple[int, ...],
+                             unit_axes: tuple[int, ...], fallback):
+    """The view. A shuffle that drops no axis of an array checks nothing: its node function is
+    `shuffled_view` itself, lowered into its caller; any other is `checked_view`, the checks and
+    the view lowered there (`node_intrinsics`): no numba compile of its own either way."""
+    if input_ndim > 0 and new_order and not drop:
+        return shuffled_view(new_order, frozenset(unit_axes))
+    return checked_view(input_ndim, new_order, drop, frozenset(unit_axes), fallback)
+
+
+DIMSHUFFLE = Replica(
+    stock_op="pytensor.tensor.elemwise:DimShuffle",
+    reason="its view goes through numba's as_strided (an overload compiling two helpers) or a loop "
+    "of tuple_setitem behind an overload of its own; the compact one reads the axes the node "
+    "fixes in one intrinsic, or calls as_strided's own reshape_unchecked",
+    source=StockSource(
+        functions=(ELEMWISE + "numba_funcify_DimShuffle", OUT_LAYOUT, ELEMWISE + "_make_strided_view"),
+        digests={"c4555d9b18687ed2": SUPPORTED_PYTENSOR},
+    ),
+    params=shuffle_params,
+    intrinsic=dimshuffle_node_function,
+    fallback=dimshuffle_function,
+)
+
+
+__all__ = ["DIMSHUFFLE", "SQUEEZE_MESSAGE", "checked_view", "dimshuffle_function", "dimshuffle_node_function",
+           "dimshuffle_source", "shuffle_params", "shuffled_view", "squeeze_checks", "view_of", "view_type"]

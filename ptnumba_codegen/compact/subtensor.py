@@ -5,8 +5,10 @@ return np.asarray(z)``, compiled by numba with ``boundscheck=True``: one more ru
 numba's pipeline and one more LLVM module per pattern and argument types, in every cold
 process (3-14 such nodes in a core catalogue model).
 
-`CompactSubtensor` is the same op (a subclass: shape inference, gradient, printing are
-Subtensor's). Its node function is an intrinsic (`lowering.node_intrinsics`) that types
+The compact ``Subtensor`` (`SUBTENSOR`) is the same op (a subclass: shape inference,
+gradient, printing are Subtensor's), and so is the compact ``ScalarSubtensor``
+(`SCALAR_SUBTENSOR`: an element read as a native scalar, an OpFromGraph around one
+``Subtensor``). Its node function is an intrinsic (`compact.node_intrinsics`) that types
 stock's ``x[indices]`` with numba's own typing of that ``getitem`` and lowers it with
 numba's own basic indexing, with the bounds check stock compiles its function with: the
 same view (or 0-d array, for an element), numba type and ``IndexError``, written into the
@@ -16,33 +18,19 @@ shape and strides.
 
 from __future__ import annotations
 
-import copy
 import operator
 from dataclasses import dataclass
 
 from numba.core import types
 from numba.core.imputils import impl_ret_borrowed
 from numba.np import arrayobj
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.scalar.basic import ScalarType
-from pytensor.tensor.rewriting.scalarize import ScalarSubtensor
 from pytensor.tensor.subtensor import Subtensor
 
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
-
-class CompactSubtensor(Subtensor):
-    """``Subtensor`` whose numba function is an intrinsic (`subtensor_intrinsic`)."""
-
-
-class CompactScalarSubtensor(ScalarSubtensor):
-    """PyTensor's ``ScalarSubtensor`` (an element read as a native scalar: an OpFromGraph
-    around one ``Subtensor``) whose numba function is the intrinsic with ``scalar_out``."""
-
-
-CompactSubtensor.__name__ = "Subtensor"
-CompactScalarSubtensor.__name__ = "ScalarSubtensor"
+SUBTENSOR_DISPATCH = "pytensor.link.numba.dispatch.subtensor:"
 
 
 def why_not_compact(node) -> str | None:
@@ -131,14 +119,6 @@ def why_not_compact_scalar(node) -> str | None:
     return why_not_compact(inner)
 
 
-def compact_scalar_subtensor(node):
-    """The compact op for a ``ScalarSubtensor`` node: a copy of its op (an OpFromGraph: the
-    same inner graph, built once by PyTensor's rewrite) of the compact class."""
-    op = copy.copy(node.op)
-    op.__class__ = CompactScalarSubtensor
-    return op
-
-
 def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock, scalar_out: bool = False):
     """``subtensor(x, idx_0, ...)``: stock's ``np.asarray(x[indices])`` (`BasicIndex`), or
     with ``scalar_out`` its ``x[indices]`` (an element as a scalar), typed by numba's own
@@ -173,21 +153,41 @@ def subtensor_intrinsic(idx_list: tuple, n_indices: int, stock, scalar_out: bool
     return ni.node_intrinsic("subtensor", 1 + n_indices, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactSubtensor)
-def numba_funcify_CompactSubtensor(op, node, **kwargs):
-    """The intrinsic and its cache key (the package's source and the index list; the
-    indices' dtypes are the call's)."""
-    idx_list = tuple(op.idx_list)
-    fn = subtensor_intrinsic(idx_list, len(node.inputs) - 1, stock_node_function(op, node))
-    return fn, cache_key("CompactSubtensor", "intrinsic", repr(idx_list))
+def scalar_subtensor_intrinsic(idx_list: tuple, n_indices: int, stock):
+    """`subtensor_intrinsic` with ``scalar_out``: the element as a native scalar."""
+    return subtensor_intrinsic(idx_list, n_indices, stock, scalar_out=True)
 
 
-@register_funcify_and_cache_key(CompactScalarSubtensor)
-def numba_funcify_CompactScalarSubtensor(op, node, **kwargs):
-    """The intrinsic with ``scalar_out`` for the inner ``Subtensor``, and its cache key."""
-    idx_list = tuple(inner_subtensor(node).op.idx_list)
-    fn = subtensor_intrinsic(idx_list, len(node.inputs) - 1, stock_node_function(op, node), scalar_out=True)
-    return fn, cache_key("CompactScalarSubtensor", "intrinsic", repr(idx_list))
+SUBTENSOR = Replica(
+    stock_op="pytensor.tensor.subtensor:Subtensor",
+    reason="a numba function of its own per index pattern and types (x[indices], np.asarray), one more "
+    "pipeline and LLVM module; the compact one is an intrinsic making the same view with numba's "
+    "own typing and basic indexing inside its caller (compact.node_intrinsics)",
+    source=StockSource(
+        functions=(SUBTENSOR_DISPATCH + "numba_funcify_default_subtensor",),
+        digests={"e9c83fc95ac166fb": SUPPORTED_PYTENSOR},
+    ),
+    # the index list and the number of index inputs (the indices' dtypes are the call's)
+    params=lambda op, node: (tuple(op.idx_list), len(node.inputs) - 1),
+    intrinsic=subtensor_intrinsic,
+    takes=why_not_compact,
+)
+
+SCALAR_SUBTENSOR = Replica(
+    stock_op="pytensor.tensor.rewriting.scalarize:ScalarSubtensor",
+    reason="an element read as a native scalar: stock's Subtensor function (x[indices]) compiled per "
+    "index pattern and types; the compact one is Subtensor's intrinsic returning the element",
+    source=StockSource(
+        functions=(SUBTENSOR_DISPATCH + "numba_funcify_ScalarSubtensor", SUBTENSOR_DISPATCH + "numba_funcify_default_subtensor"),
+        digests={"c5444aac65a8fbad": SUPPORTED_PYTENSOR},
+    ),
+    params=lambda op, node: (tuple(inner_subtensor(node).op.idx_list), len(node.inputs) - 1),
+    intrinsic=scalar_subtensor_intrinsic,
+    takes=why_not_compact_scalar,
+    rebuilt_by="copy",
+)
 
 
-__all__ = ["BasicIndex", "CompactScalarSubtensor", "CompactSubtensor", "compact_scalar_subtensor", "getitem_type", "index_into", "subtensor_intrinsic", "type_basic_index", "why_not_compact", "why_not_compact_scalar"]
+__all__ = ["SCALAR_SUBTENSOR", "SUBTENSOR", "BasicIndex", "getitem_type", "index_into", "inner_subtensor",
+           "scalar_subtensor_intrinsic", "subtensor_intrinsic", "type_basic_index", "why_not_compact",
+           "why_not_compact_scalar"]

@@ -15,13 +15,14 @@ same integers and, on a mismatch, keeps the three integers in a record (`MISMATC
 and raises `SpecifyShapeError`, whose constructor reads them: the exception formats the
 stock message in Python, so ``str(err)`` is the stock text and ``except AssertionError``
 still catches it. Its node function is a node intrinsic lowered into the graph's function
-(`checked_shape`, `lowering.node_intrinsics`: no numba compile of its own; the generated
+(`checked_shape`, `compact.node_intrinsics`: no numba compile of its own; the generated
 function is its per-node fallback). `CompactSplit` is ``Split`` the same way: the same checks in the same order
 with the same messages (`SplitSizesError`, a ``ValueError``, for the sum), and the same views,
 sliced in generated source rather than through ``np.cumsum`` and ``np.split`` (two more numba
-overloads a cold process compiles). `backend.compact` lists both, `passes.compact_checks` puts them in the graph (figures:
-docs/benchmarks.md, "Shape checks compiled without string formatting", "Split compiled
-without string formatting").
+overloads a cold process compiles). `SPECIFY_SHAPE` and `SPLIT` are their records
+(`compact.table`), `passes.swap_compact` puts them in the graph (figures: docs/benchmarks.md,
+"Shape checks compiled without string formatting", "Split compiled without string
+formatting").
 """
 
 from __future__ import annotations
@@ -37,15 +38,12 @@ from numba.extending import intrinsic, overload
 from numba.np import arrayobj
 
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
-from pytensor.tensor.basic import Split
-from pytensor.tensor.shape import SpecifyShape
 from pytensor.tensor.type_other import NoneTypeT
 
-from ptnumba_codegen.backend.compact_subtensor import getitem_type, index_into, type_basic_index
-from ptnumba_codegen.backend.node_keys import cache_key
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
+from ptnumba_codegen.compact.subtensor import getitem_type, index_into, type_basic_index
 
 
 # The last mismatch a compact check found: (dim, actual, expected); dim is `SPLIT_SUM` for a
@@ -75,7 +73,7 @@ def _record_mismatch_overload(dim, actual, expected):
 
 
 # The generated checks call the intrinsic itself: through the overload, numba compiled the
-# overload's lambda once per argument types in every cold process (0.03 s each).
+# overload's lambda once per argument types in every cold process.
 @intrinsic
 def _record_mismatch_ir(typingctx, dim, actual, expected):
     def codegen(context, builder, signature, args):
@@ -127,32 +125,15 @@ class SplitSizesError(ValueError):
         return super().__str__()
 
 
-class CompactSpecifyShape(SpecifyShape):
-    """``SpecifyShape`` whose numba function raises `SpecifyShapeError` (no string formatting)."""
-
-    __props__ = ()
-
-
-# Printed (dprint, str) as the op it replaces, like the policy classes (`backend.ops`);
-# pickled by its qualified name.
-CompactSpecifyShape.__name__ = "SpecifyShape"
+def checked_dims(op, node) -> tuple:
+    """The record's params: which dims the node checks (``(checked,)``, one bool per dim)."""
+    return (tuple(not isinstance(dim.type, NoneTypeT) for dim in node.inputs[1:]),)
 
 
-class CompactSplit(Split):
-    """``Split`` whose numba function slices the views itself and raises `SplitSizesError`
-    (no string formatting, no ``np.cumsum``/``np.split``)."""
-
-
-CompactSplit.__name__ = "Split"
-
-
-@register_funcify_and_cache_key(CompactSpecifyShape)
-def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
-    """The numba function and its cache key (`node_keys.cache_key`: the package's source,
-    and the checked dims the function is generated from): `checked_shape`, a node intrinsic,
-    with the generated function below as its per-node fallback."""
+def specify_shape_function(op, node, **kwargs):
+    """``() ->`` the generated function (`checked_shape`'s fallback): the same checks, raising
+    `SpecifyShapeError` after `record_mismatch`, compiled by numba."""
     names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
-    checked = tuple(not isinstance(dim.type, NoneTypeT) for dim in node.inputs[1:])
     checks = [
         f"    if x.shape[{i}] != {name}.item():\n"
         f"        record_mismatch({i}, x.shape[{i}], {name}.item())\n"
@@ -166,7 +147,7 @@ def numba_funcify_CompactSpecifyShape(op, node, **kwargs):
         env = {"SpecifyShapeError": SpecifyShapeError, "record_mismatch": _record_mismatch_ir}
         return numba_basic.numba_njit(compile_function_src(src, "specify_shape", env))
 
-    return checked_shape(checked, stock), cache_key("CompactSpecifyShape", checked, "intrinsic")
+    return stock
 
 
 def checked_shape(checked: tuple[bool, ...], stock):
@@ -202,12 +183,16 @@ def checked_shape(checked: tuple[bool, ...], stock):
     return ni.node_intrinsic("specify_shape", len(checked) + 1, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactSplit)
-def numba_funcify_CompactSplit(op, node, **kwargs):
-    """Stock's ``split(x, sizes)`` (the checks in its order, the views ``np.split`` returns:
-    ``x[full slices, start:stop on the axis]``, typed alike) and its cache key: `split_views`,
-    a node intrinsic, with the generated function below as its per-node fallback."""
-    n, axis, ndim = op.len_splits, op.axis, node.inputs[0].type.ndim
+def split_params(op, node) -> tuple:
+    """The record's params: the number of parts, the axis, the input's rank."""
+    return op.len_splits, op.axis, node.inputs[0].type.ndim
+
+
+def split_function(op, node, **kwargs):
+    """``() ->`` the generated function (`split_views`' fallback): stock's ``split(x, sizes)``,
+    the checks in its order, the views ``np.split`` returns (``x[full slices, start:stop on
+    the axis]``, typed alike), compiled by numba."""
+    n, axis, ndim = split_params(op, node)
 
     def view(start, stop):
         return "x[" + ", ".join(f"{start}:{stop}" if k == axis else ":" for k in range(ndim)) + "]"
@@ -231,7 +216,7 @@ def numba_funcify_CompactSplit(op, node, **kwargs):
         env = {"SplitSizesError": SplitSizesError, "record_mismatch": _record_mismatch_ir}
         return numba_basic.numba_njit(compile_function_src("\n".join(lines) + "\n", "split", env))
 
-    return split_views(n, axis, ndim, stock), cache_key("CompactSplit", n, axis, ndim, "intrinsic")
+    return stock
 
 
 def split_views(n: int, axis: int, ndim: int, stock):
@@ -241,7 +226,7 @@ def split_views(n: int, axis: int, ndim: int, stock):
     numba's type for them (int64: signed sizes only); a total other than the axis' length
     records the mismatch and raises `SplitSizesError`; then the tuple of views
     ``x[..., s{k}:s{k+1}, ...]``, typed and made by numba's own basic indexing
-    (`compact_subtensor.index_into`)."""
+    (`compact.subtensor.index_into`)."""
     # the view of one part: full slices, and the slice of two running sums on the axis
     idx_list = tuple(slice(0, 1, None) if k == axis else slice(None, None, None) for k in range(ndim))
 
@@ -290,15 +275,46 @@ def split_views(n: int, axis: int, ndim: int, stock):
     return ni.node_intrinsic("split", 2, typer, stock)
 
 
+SPECIFY_SHAPE = Replica(
+    stock_op="pytensor.tensor.shape:SpecifyShape",
+    reason="its assert formats an f-string: numba compiles int-to-str and unicode concatenation once a process",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.shape:numba_funcify_SpecifyShape",),
+        digests={"25228f6374f3a3c5": SUPPORTED_PYTENSOR},
+    ),
+    params=checked_dims,
+    intrinsic=checked_shape,
+    fallback=specify_shape_function,
+)
+
+SPLIT = Replica(
+    stock_op="pytensor.tensor.basic:Split",
+    reason="its sum check formats an f-string (int-to-str, unicode concatenation), "
+    "and it slices through np.cumsum and np.split (two more overloads to compile)",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.tensor_basic:numba_funcify_Split",),
+        digests={"b0da97a5b6da75e7": SUPPORTED_PYTENSOR},
+    ),
+    params=split_params,
+    intrinsic=split_views,
+    fallback=split_function,
+)
+
+
 __all__ = [
     "MISMATCH_SYMBOL",
+    "SPECIFY_SHAPE",
+    "SPLIT",
     "SPLIT_LENGTH_MESSAGE",
     "SPLIT_NEGATIVE_MESSAGE",
     "SPLIT_SUM",
-    "CompactSpecifyShape",
-    "CompactSplit",
     "SpecifyShapeError",
     "SplitSizesError",
+    "checked_dims",
+    "checked_shape",
     "record_mismatch",
+    "specify_shape_function",
+    "split_function",
+    "split_params",
     "split_views",
 ]

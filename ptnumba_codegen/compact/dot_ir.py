@@ -1,10 +1,10 @@
-"""`compact_dot`'s product as an intrinsic lowered into its caller.
+"""`compact.dot`'s product as an intrinsic lowered into its caller.
 
-The compact ``Dot``'s product (`compact_dot._product_source`) is a numba function shared by
+The compact ``Dot``'s product (`compact.dot._product_source`) is a numba function shared by
 every node of a dtype, but still one run of numba's pipeline per process with its helpers
-(``blas_operand``, ``leading_dim``, ``fill_zero``) and ``np.empty``'s overload behind it:
-0.5-0.8 s of a cold compile in the catalogue's models with a design matrix (frailty,
-occupancy, the HSGP models: docs/benchmarks.md, stop 51). `dot_intrinsic` writes the same
+(``blas_operand``, ``leading_dim``, ``fill_zero``) and ``np.empty``'s overload behind it, in
+the catalogue's models with a design matrix (frailty, occupancy, the HSGP models; figures:
+docs/benchmarks.md). `dot_intrinsic` writes the same
 function into its caller, branch for branch, with numba's allocation and the same calls:
 
 - ``out = np.empty((M, N))`` (C), stock's ``ValueError`` where the contracted lengths differ;
@@ -14,10 +14,10 @@ function into its caller, branch for branch, with numba's allocation and the sam
   or row product, the matrix readable in place and the vector's stride a positive multiple
   of the item size (the output zeroed first where PyTensor's gemv setting says);
 - everywhere else stock's own function, through the same Python callback as the compiled
-  product (`compact_dot.SlowPath`), with the layouts numba typed the operands with.
+  product (`compact.dot.SlowPath`), with the layouts numba typed the operands with.
 
 The BLAS routines, their arguments (by pointer, ints as int32, flags as 'T'/'N') and the
-callback are `compact_dot`'s (`emit_blas_call`, `python_callbacks.emit_call`): the same calls,
+callback are `compact.dot`'s (`emit_blas_call`, `python_callbacks.emit_call`): the same calls,
 so the same bits (tests/test_compact_dot.py, every branch against stock strict).
 """
 
@@ -26,15 +26,15 @@ from __future__ import annotations
 from llvmlite import ir
 from numba.core import cgutils, types
 
-from ptnumba_codegen.backend.blas_calls import LAYOUTS, SLOW_PATH_FAILED, emit_blas_call
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact.blas_calls import LAYOUTS, SLOW_PATH_FAILED, emit_blas_call
+from ptnumba_codegen.compact import node_intrinsics as ni
 from ptnumba_codegen.runtime import python_callbacks
 
-MISMATCH_MESSAGE = "gemm: operands have mismatched contraction dimensions"  # compact_dot._product_source's
+MISMATCH_MESSAGE = "gemm: operands have mismatched contraction dimensions"  # compact.dot._product_source's
 
 
 def _leading_dim(builder, c, unit_stride, other_stride, unit_extent, other_extent):
-    """``compact_dot.leading_dim``: the leading dimension BLAS walks the matrix with, or 0."""
+    """``compact.dot.leading_dim``: the leading dimension BLAS walks the matrix with, or 0."""
     item, one, zero = c["item"], c["one"], c["zero"]
     bad_unit = builder.and_(builder.icmp_signed("!=", unit_extent, one), builder.icmp_signed("!=", unit_stride, item))
     at_least_one = builder.select(builder.icmp_signed(">", unit_extent, one), unit_extent, one)
@@ -47,7 +47,7 @@ def _leading_dim(builder, c, unit_stride, other_stride, unit_extent, other_exten
 
 
 def _blas_operand(builder, c, shape, strides):
-    """``compact_dot.blas_operand``: (transposed, int32 leading dimension; 0 where stock copies)."""
+    """``compact.dot.blas_operand``: (transposed, int32 leading dimension; 0 where stock copies)."""
     i32 = ir.IntType(32)
     column_major = builder.trunc(_leading_dim(builder, c, strides[0], strides[1], shape[0], shape[1]), i32)
     row_major = builder.trunc(_leading_dim(builder, c, strides[1], strides[0], shape[1], shape[0]), i32)

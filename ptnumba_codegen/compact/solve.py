@@ -5,13 +5,13 @@ scan of the diagonal for a zero, a work copy of ``B`` in the layout BLAS needs, 
 ``trsm`` through a pointer looked up at run time from an object-mode block. numba compiles
 it per pair of argument types with a dozen overloads behind it (``np.zeros_like``,
 ``np.full_like``, ``np.asfortranarray``, the work-array helpers, the ``trsm`` wrapper and
-its pointer lookup, twice): 0.4-0.9 s of a cold compile for each signature, in the GP, LKJ,
-VAR and SEM models of the catalogue (docs/benchmarks.md, "Linear algebra as intrinsics").
+its pointer lookup, twice), for each signature, in the GP, LKJ, VAR and SEM models of the
+catalogue (figures: docs/benchmarks.md, "Linear algebra as intrinsics").
 
-`CompactSolveTriangular` (a subclass: shape inference, gradient, printing are the op's) takes
-the nodes whose operands need no cast, where stock's implementation is the one replicated
-(`REPLICATED`, the digest of its functions' source: another PyTensor keeps the stock op;
-`why_not_compact`). Its node function is an intrinsic
+The compact ``SolveTriangular`` (`SOLVE_TRIANGULAR`: a subclass, shape inference, gradient,
+printing are the op's) takes the nodes whose operands need no cast (`why_not_compact`), where
+stock's implementation is the one replicated (its record's digest of the functions' source:
+another PyTensor keeps the stock op). Its node function is an intrinsic
 writing the overload's steps, in its order, into the caller:
 
 - ``A.shape[0] != B.shape[0]``, then a non-square ``A``: scipy's ``LinAlgError`` with stock's
@@ -42,52 +42,21 @@ import functools
 
 from llvmlite import ir
 from numba.core import cgutils, types
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.linalg import SolveTriangular
 from scipy import linalg
 
-from ptnumba_codegen.backend.blas_calls import BLAS_ARGUMENTS, BLAS_MODULE, ROUTINES, emit_blas_call
-from ptnumba_codegen.backend.node_keys import cache_key, source_digest, stock_node_function
-from ptnumba_codegen.backend.work_arrays import contiguous, copied, filled
-from ptnumba_codegen.lowering import node_intrinsics as ni
-from ptnumba_codegen.runtime.cython_symbols import bind
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.blas_calls import BLAS_MODULE, ROUTINES, emit_blas_call
+from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.work_arrays import LINALG, contiguous, copied, filled
 
 I32 = ir.IntType(32)
 NOT_CONFORMING = "Dimensions of A and B do not conform"  # stock's `_solve_check_input_shapes`
 NOT_SQUARE = "Last 2 dimensions of A must be square"
 
 
-class CompactSolveTriangular(SolveTriangular):
-    """``SolveTriangular`` whose node function is an intrinsic."""
-
-
-CompactSolveTriangular.__name__ = "SolveTriangular"
-
-
-def _stock_parts():
-    from pytensor.link.numba.dispatch.linalg import utils
-    from pytensor.link.numba.dispatch.linalg.solvers import dispatch, triangular
-    from pytensor.link.numba.dispatch.linalg.solvers import utils as solver_utils
-
-    return [triangular.solve_triangular_impl, triangular._has_zero_on_diagonal, solver_utils._solve_check_input_shapes,
-            utils._c_work_array_impl, utils._fortran_work_array_impl, utils._full_fortran_order_impl,
-            dispatch.numba_funcify_SolveTriangular]
-
-
-# the digest of stock's functions (`_stock_parts`) this module replicates -> the version they are
-REPLICATED = {"14c8ecd6307e26a6": "pytensor 3.3.8"}
-
-
-@functools.cache
-def stock_digest() -> str:
-    return source_digest(_stock_parts)
-
-
 def why_not_compact(node) -> str | None:
-    """Why ``node`` keeps the stock op, or None (stock's implementation the one replicated,
-    a matrix ``A``, a vector or matrix ``B``, both of the output's dtype, one BLAS has)."""
-    if stock_digest() not in REPLICATED:
-        return f"stock's solve source has digest {stock_digest()}, not one of {sorted(REPLICATED)}"
+    """Why ``node`` keeps the stock op, or None (a matrix ``A``, a vector or matrix ``B``,
+    both of the output's dtype, one BLAS has)."""
     a, b = node.inputs
     out = node.outputs[0].type.dtype
     if a.type.ndim != 2 or b.type.ndim not in (1, 2):
@@ -99,20 +68,13 @@ def why_not_compact(node) -> str | None:
     return None
 
 
-@functools.cache
-def _bind_trsm(dtype: str) -> None:
-    """Bind scipy's ``trsm`` of ``dtype`` to its symbol, once per process."""
-    bind(BLAS_MODULE, ROUTINES[dtype] + "trsm")
-
-
 def result_type(bty: types.Array) -> types.Array:
     """The result's type: the layout every path of the overload makes it in, ``B``'s own when
     ``B`` is a C matrix, else Fortran's (a vector is C).
 
-    numba types stock's node function ``A`` (its return paths unified); the arrays are the
-    same, with the same strides, and typed so their readers are compiled as they were when
-    they read stock's result inlined into the caller (typed ``A`` here, LLVM regrouped a sum
-    downstream of the LKJ model's solve otherwise: its gradient moved by 6e-11)."""
+    numba types stock's node function the same (tests/test_compact_solve.py), so the result's
+    readers are compiled as they are when they read stock's result (typed ``A`` here, LLVM
+    regrouped a sum downstream of the LKJ model's solve, and its gradient lost stock's bits)."""
     layout = "C" if bty.ndim == 1 or bty.layout == "C" else "F"
     return types.Array(bty.dtype, bty.ndim, layout)
 
@@ -237,17 +199,31 @@ def _fortran_operand(context, builder, aty, As, transposed):
     return builder.load(data), (fty, slot)
 
 
-@register_funcify_and_cache_key(CompactSolveTriangular)
-def numba_funcify_CompactSolveTriangular(op, node, **kwargs):
-    """The intrinsic and its cache key (the package's source and the op's flags)."""
-    key = cache_key("CompactSolveTriangular", "intrinsic", op.lower, op.unit_diagonal, op.overwrite_b,
-                    tuple(BLAS_ARGUMENTS["trsm"]))
-    # bound here, not when the call is typed: a function loaded from numba's cache is not
-    # typed again, and its machine code calls trsm by the symbol
-    dtype = node.outputs[0].type.dtype
-    if dtype in ROUTINES:
-        _bind_trsm(dtype)
-    return solve_intrinsic(op.lower, op.unit_diagonal, op.overwrite_b, stock_node_function(op, node)), key
+SOLVE_TRIANGULAR = Replica(
+    stock_op="pytensor.tensor.linalg:SolveTriangular",
+    reason="_solve_triangular's overload: a numba function per pair of operand types with a dozen overloads "
+    "behind it (zeros_like, full_like, the work-array copies, the trsm wrapper and its object-mode "
+    "pointer lookup); the compact one is an intrinsic inside its caller making the same checks, "
+    "copies and trsm call (by symbol) with numba's own pieces",
+    source=StockSource(
+        functions=(
+            LINALG + "solvers.triangular:solve_triangular_impl", LINALG + "solvers.triangular:_has_zero_on_diagonal",
+            LINALG + "solvers.utils:_solve_check_input_shapes", LINALG + "utils:_c_work_array_impl",
+            LINALG + "utils:_fortran_work_array_impl", LINALG + "utils:_full_fortran_order_impl",
+            LINALG + "solvers.dispatch:numba_funcify_SolveTriangular",
+        ),
+        digests={"14c8ecd6307e26a6": ("3.3.8",)},
+        elsewhere={
+            version: "its solve copies B through _copy_to_fortran_order_even_if_1d and chooses layouts at run "
+            "time, not through the work-array helpers whose layouts the compact solve replicates"
+            for version in ("3.3.6", "3.3.7")
+        },
+    ),
+    params=lambda op, node: (op.lower, op.unit_diagonal, op.overwrite_b),
+    intrinsic=solve_intrinsic,
+    takes=why_not_compact,
+    routines=((BLAS_MODULE, "trsm"),),
+)
 
 
-__all__ = ["NOT_CONFORMING", "NOT_SQUARE", "CompactSolveTriangular", "result_type", "solve_intrinsic", "why_not_compact"]
+__all__ = ["NOT_CONFORMING", "NOT_SQUARE", "SOLVE_TRIANGULAR", "result_type", "solve_intrinsic", "why_not_compact"]

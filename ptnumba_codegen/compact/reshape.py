@@ -3,10 +3,11 @@
 PyTensor's numba ``Reshape`` (to ``ndim >= 1`` dimensions) is
 ``np.reshape(np.ascontiguousarray(np.asarray(x)), to_fixed_tuple(shape, ndim))``: a numba
 function of its own per ``ndim`` and types, with ``np.reshape``'s and
-``np.ascontiguousarray``'s overloads compiled behind it (0.05-0.4 s of a cold compile in
-the catalogue's models that reshape: docs/benchmarks.md, stop 51).
+``np.ascontiguousarray``'s overloads compiled behind it (the catalogue's models that
+reshape; figures: docs/benchmarks.md).
 
-`CompactReshape` (a subclass: shape inference, gradient, printing are Reshape's) takes every
+The compact ``Reshape`` (`RESHAPE`: a subclass, shape inference, gradient, printing are
+Reshape's) takes every
 node to one or more dimensions (`why_not_compact`; to 0-d stock reads ``x.item()``). Its node
 function is an intrinsic that writes those calls into its caller with numba's own lowering,
 in stock's order: ``np.ascontiguousarray`` (numba's ``_as_layout_array``: the same array
@@ -22,18 +23,9 @@ from __future__ import annotations
 
 from numba.core import types
 from numba.np import arrayobj
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.shape import Reshape
 
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
-from ptnumba_codegen.lowering import node_intrinsics as ni
-
-
-class CompactReshape(Reshape):
-    """``Reshape`` to one or more dimensions, whose node function is an intrinsic."""
-
-
-CompactReshape.__name__ = "Reshape"
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 
 def why_not_compact(node) -> str | None:
@@ -73,10 +65,19 @@ def reshape_intrinsic(ndim: int, stock):
     return ni.node_intrinsic("reshape", 2, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactReshape)
-def numba_funcify_CompactReshape(op, node, **kwargs):
-    """The intrinsic and its cache key (the package's source and ``ndim``)."""
-    return reshape_intrinsic(op.ndim, stock_node_function(op, node)), cache_key("CompactReshape", "intrinsic", op.ndim)
+RESHAPE = Replica(
+    stock_op="pytensor.tensor.shape:Reshape",
+    reason="np.reshape(np.ascontiguousarray(x), to_fixed_tuple(shape, ndim)): a numba function of its own per "
+    "ndim and types, with np.reshape's and np.ascontiguousarray's overloads compiled behind it; the "
+    "compact one is an intrinsic inside its caller making the same calls with numba's own lowering",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.shape:numba_funcify_Reshape",),
+        digests={"0bf05265d7b33cc1": SUPPORTED_PYTENSOR},
+    ),
+    params=lambda op, node: (op.ndim,),
+    intrinsic=reshape_intrinsic,
+    takes=why_not_compact,
+)
 
 
-__all__ = ["CompactReshape", "reshape_intrinsic", "why_not_compact"]
+__all__ = ["RESHAPE", "reshape_intrinsic", "why_not_compact"]

@@ -7,11 +7,12 @@ for an array update ``y`` a check that it broadcasts onto the target,
 ``target[j] += y[...]`` (or ``=``), compiled with ``boundscheck=True``. Each is one more run
 of numba's pipeline and one more LLVM module per pattern and argument types in every cold
 process, and numba compiles ``np.copy``'s and ``np.broadcast_to``'s implementations for it
-(``_default_broadcast_to_impl``, the ``_can_broadcast`` check, ``np.asarray``): 0.2-0.7 s
-in the core catalogue models with increments (a time series' gradient: ``x[1:] += g``).
+(``_default_broadcast_to_impl``, the ``_can_broadcast`` check, ``np.asarray``): a large part
+of a cold compile of the catalogue's models with increments (a time series' gradient:
+``x[1:] += g``; figures: docs/benchmarks.md).
 
-`CompactIncSubtensor` is the same op (a subclass: shape inference, gradient, printing are
-IncSubtensor's). Its node function is an intrinsic (`increment_intrinsic`) that writes stock's
+The compact ``IncSubtensor`` (`INC_SUBTENSOR`) is the same op (a subclass: shape inference,
+gradient, printing are IncSubtensor's). Its node function is an intrinsic (`increment_intrinsic`) that writes stock's
 function into its caller with numba's own pieces: the copy, the view and its bounds check,
 the tests ``_can_broadcast`` makes, in its order (`CHECK`: ``y`` has no more dimensions than
 the target, and each of its dimensions, aligned to the target's trailing ones, is the
@@ -21,7 +22,7 @@ loaded elements, stored with numba's cast. Its fallback, where the intrinsic doe
 is stock's own source with that one line replaced by `CHECK` (`compact_function`; stock's
 unchanged where PyTensor's source does not hold the line exactly once, as for a 0-d update).
 
-``AdvancedIncSubtensor``'s scatter by integer vectors is `compact_advanced`'s intrinsic,
+``AdvancedIncSubtensor``'s scatter by integer vectors is `compact.advanced`'s intrinsic,
 with the same check (`broadcast_checks`).
 """
 
@@ -35,14 +36,13 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.np import arrayobj
 
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.link.numba.dispatch.subtensor import numba_funcify_default_subtensor
 from pytensor.link.utils import compile_function_src
-from pytensor.tensor.subtensor import IncSubtensor
 
-from ptnumba_codegen.backend.compact_subtensor import getitem_type, index_into, type_basic_index
-from ptnumba_codegen.backend.node_keys import cache_key
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource, stock_name
+from ptnumba_codegen.compact.subtensor import SUBTENSOR_DISPATCH, getitem_type, index_into, type_basic_index
+
+STOCK_FUNCIFY = SUBTENSOR_DISPATCH + "numba_funcify_default_subtensor"  # stock's Subtensor and IncSubtensor
 
 # the line of PyTensor's generated source that checks the update (the shape: a Python expression)
 BROADCAST_LINE = re.compile(r"^(\s*)np\.broadcast_to\(y, (.+)\)\s*$")
@@ -59,13 +59,6 @@ CHECK = (
 )
 
 
-class CompactIncSubtensor(IncSubtensor):
-    """``IncSubtensor`` whose numba function checks the broadcast without ``np.broadcast_to``."""
-
-
-CompactIncSubtensor.__name__ = "IncSubtensor"
-
-
 def compact_source(src: str) -> str | None:
     """PyTensor's source with its broadcast line replaced by `CHECK`, or None where the line
     is not there exactly once."""
@@ -79,14 +72,14 @@ def compact_source(src: str) -> str | None:
     return "\n".join([*lines[:k], *check, *lines[k + 1 :]]) + "\n"
 
 
-def increment_intrinsic(op: IncSubtensor, n_indices: int, y_static: tuple, stock):
+def increment_intrinsic(idx_list: tuple, inplace: bool, set_instead: bool, n_indices: int, y_static: tuple, stock):
     """``inc_subtensor(x, y, idx_0, ...)``: stock's function (PyTensor's source, `CHECK` for
     its ``np.broadcast_to`` line) as an intrinsic lowered into its caller
-    (`lowering.node_intrinsics`), built from numba's own pieces in stock's order:
+    (`compact.node_intrinsics`), built from numba's own pieces in stock's order:
 
     - ``z = np.copy(x)`` (numba's ``_array_copy``, of its type), or ``z = x`` in place;
     - ``target = z[indices]``: numba's basic indexing with stock's bounds check
-      (`compact_subtensor.index_into`);
+      (`compact.subtensor.index_into`);
     - an array ``y``: `CHECK`'s tests on its shape, with numba's messages; a 0-d ``y``:
       its item, read once (stock's ``y.item()``);
     - stock's loop nest over the target, C order (none for an element, stock's
@@ -99,7 +92,6 @@ def increment_intrinsic(op: IncSubtensor, n_indices: int, y_static: tuple, stock
     The target's loads and stores are within its shape by the loop, as stock's bounds check
     finds them. ``stock()`` where these types are not the node's or the generator cannot
     lower them (an array update of an element, or of more dimensions than the target)."""
-    idx_list, inplace, set_instead = tuple(op.idx_list), op.inplace, op.set_instead_of_inc
 
     def typer(typingctx, arg_types):
         xty, yty, scalar = arg_types[0], arg_types[1], arg_types[2:]
@@ -200,7 +192,7 @@ def compact_function(op, node, **kwargs):
     """Stock's function with the check spelled out (`compact_source`), compiled as stock's
     is, bounds checks included where stock's has them; stock's own where PyTensor's source
     does not hold the line exactly once. The intrinsic's fallback."""
-    stock_fn, _key = numba_funcify_default_subtensor(op, node, **kwargs)
+    stock_fn, _key = stock_name(STOCK_FUNCIFY)(op, node, **kwargs)
     py_func = stock_fn.py_func
     src = compact_source(getattr(py_func, "__source__", ""))
     if src is None:  # a 0-d update has no such line
@@ -210,15 +202,27 @@ def compact_function(op, node, **kwargs):
     return numba_basic.numba_njit(fn, **options)
 
 
-@register_funcify_and_cache_key(CompactIncSubtensor)
-def numba_funcify_CompactIncSubtensor(op, node, **kwargs):
-    """`increment_intrinsic`, falling back to `compact_function`, and its cache key
-    (`node_keys.cache_key`: the package's source, the op's props and the update's static
-    shape, which stock's source spells out)."""
-    y_static = tuple(node.inputs[1].type.shape)
-    fn = increment_intrinsic(op, len(node.inputs) - 2, y_static, lambda: compact_function(op, node, **kwargs))
-    key = cache_key("CompactIncSubtensor", "intrinsic", repr(tuple(op.idx_list)), op.inplace, op.set_instead_of_inc, y_static)
-    return fn, key
+def increment_params(op, node) -> tuple:
+    """The record's params: the op's props and the update's static shape (which stock's
+    source spells out), and the number of index inputs."""
+    return tuple(op.idx_list), op.inplace, op.set_instead_of_inc, len(node.inputs) - 2, tuple(node.inputs[1].type.shape)
 
 
-__all__ = ["BROADCAST_LINE", "BROADCAST_MESSAGE", "CHECK", "CompactIncSubtensor", "compact_function", "broadcast_checks", "compact_source", "increment_intrinsic", "update_index"]
+INC_SUBTENSOR = Replica(
+    stock_op="pytensor.tensor.subtensor:IncSubtensor",
+    reason="a numba function of its own per index pattern and types, which compiles np.copy's and "
+    "np.broadcast_to's implementations (_can_broadcast, np.asarray) besides; the compact one is "
+    "an intrinsic inside its caller making stock's copy, view, _can_broadcast's test and loop with "
+    "numba's own pieces (its fallback: stock's source with that test spelled out)",
+    source=StockSource(
+        functions=(STOCK_FUNCIFY, SUBTENSOR_DISPATCH + "_scalar_loop_nest", SUBTENSOR_DISPATCH + "_update_value"),
+        digests={"9008d9d809d8240a": SUPPORTED_PYTENSOR},
+    ),
+    params=increment_params,
+    intrinsic=increment_intrinsic,
+    fallback=lambda op, node, **kwargs: lambda: compact_function(op, node, **kwargs),
+)
+
+
+__all__ = ["BROADCAST_LINE", "BROADCAST_MESSAGE", "CHECK", "INC_SUBTENSOR", "broadcast_checks", "compact_function",
+           "compact_source", "increment_intrinsic", "increment_params", "update_index"]

@@ -7,12 +7,12 @@ which compiles an error path formatting both shapes into its message
 (``raise_with_shape_context``: numba's integer-to-string and unicode code, compiled once in
 every cold process), although a scalar source can never mismatch.
 
-`CompactAlloc` is the same op (a subclass: shape inference, gradient, printing are Alloc's)
+The compact ``Alloc`` (`ALLOC`) is the same op (a subclass: shape inference, gradient, printing are Alloc's)
 whose numba function allocates the same array (with ``np.empty``'s own intrinsic,
 `numpy_empty_nd`, not its overload: one compile less per dtype and rank) and writes the same value to every element
 with a loop nest, for exactly those nodes (`why_not_compact`): an output of at least one
 dimension and a value whose every dimension is statically 1. That function is a node
-intrinsic lowered into the graph's function (`filled_array`, `lowering.node_intrinsics`: no
+intrinsic lowered into the graph's function (`filled_array`, `compact.node_intrinsics`: no
 numba compile of its own; the compiled function is its per-node fallback). The value is converted to the
 output's dtype as the assignment converts it (they are the same dtype: Alloc's output has
 its value's). Stock's other fills (a value that varies along a dimension: a loop nest of
@@ -25,17 +25,15 @@ from numba.core import cgutils, types
 from numba.np import arrayobj
 from numba.extending import overload
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
-from pytensor.tensor.basic import Alloc
 
-from ptnumba_codegen.backend.compact_arrays import c_array, empty_env
-from ptnumba_codegen.lowering import node_intrinsics as ni
-from ptnumba_codegen.backend.node_keys import cache_key
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.arrays import c_array, empty_env
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 
 def why_not_compact(node) -> str | None:
-    """Why ``node`` (an Alloc) keeps the stock function, or None if `CompactAlloc` applies."""
+    """Why ``node`` (an Alloc) keeps the stock function, or None if the compact one applies."""
     val, *shape = node.inputs
     if not shape:
         return "a 0-d output (stock fills it directly)"
@@ -44,13 +42,6 @@ def why_not_compact(node) -> str | None:
     if val.type.dtype != node.outputs[0].type.dtype:
         return f"the value's dtype {val.type.dtype} differs from the output's {node.outputs[0].type.dtype}"
     return None
-
-
-class CompactAlloc(Alloc):
-    """``Alloc`` whose numba function fills one value by a loop nest (`why_not_compact`)."""
-
-
-CompactAlloc.__name__ = "Alloc"
 
 
 def fill_value(val):
@@ -116,17 +107,35 @@ def filled_array(ndim: int, dtype: str, stock):
     return ni.node_intrinsic("alloc", ndim + 1, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactAlloc)
-def numba_funcify_CompactAlloc(op, node, **kwargs):
-    """The fill (`filled_array`) and its cache key (`node_keys.cache_key`: the package's
-    source, the output's rank and dtype)."""
-    ndim = len(node.inputs) - 1
-    dtype = node.outputs[0].type.dtype
-
-    def stock():
-        return numba_basic.numba_njit(compile_function_src(alloc_source(ndim), "alloc", {"fill_value": fill_value, **empty_env(dtype, ndim)}))
-
-    return filled_array(ndim, dtype, stock), cache_key("CompactAlloc", ndim, dtype, "intrinsic")
+def fill_params(op, node) -> tuple:
+    """The record's params: the output's rank and dtype."""
+    return len(node.inputs) - 1, node.outputs[0].type.dtype
 
 
-__all__ = ["CompactAlloc", "fill_value", "why_not_compact"]
+def alloc_function(op, node, **kwargs):
+    """``() ->`` `filled_array`'s fallback: `alloc_source` compiled by numba."""
+    ndim, dtype = fill_params(op, node)
+
+    def build():
+        env = {"fill_value": fill_value, **empty_env(dtype, ndim)}
+        return numba_basic.numba_njit(compile_function_src(alloc_source(ndim), "alloc", env))
+
+    return build
+
+
+ALLOC = Replica(
+    stock_op="pytensor.tensor.basic:Alloc",
+    reason="a fill by one value is numba's slice assignment, whose error path formats both shapes "
+    "(int-to-str, unicode) though a scalar cannot mismatch; the compact one loops",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.tensor_basic:numba_funcify_Alloc",),
+        digests={"ecca27b5853a60c9": SUPPORTED_PYTENSOR},
+    ),
+    params=fill_params,
+    intrinsic=filled_array,
+    takes=why_not_compact,
+    fallback=alloc_function,
+)
+
+
+__all__ = ["ALLOC", "alloc_function", "alloc_source", "fill_params", "fill_value", "filled_array", "why_not_compact"]

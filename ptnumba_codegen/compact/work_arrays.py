@@ -1,12 +1,14 @@
 """The work arrays of stock's linear algebra (``_solve_triangular``, ``_cholesky``), written
 as IR with numba's pieces: contiguity as numba's array flags test it, new arrays filled
-with one value, copies in a given layout. Used by `compact_solve` and `compact_cholesky`."""
+with one value, copies in a given layout. Used by `compact.solve` and `compact.cholesky`."""
 
 from __future__ import annotations
 
 from numba.core import cgutils, types
 
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+
+LINALG = "pytensor.link.numba.dispatch.linalg."  # stock's linear algebra, whose helpers these replicate
 
 
 def contiguous(context, builder, aryty, ary, order: str):
@@ -57,4 +59,4 @@ def copied(context, builder, xty, xs, aryty, shape):
     return out
 
 
-__all__ = ["contiguous", "copied", "filled", "for_all"]
+__all__ = ["LINALG", "contiguous", "copied", "filled", "for_all"]

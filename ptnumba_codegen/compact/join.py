@@ -5,11 +5,11 @@ length of the joined axis summed over the inputs, every other dimension checked 
 the first input's, ``out = np.empty(shape, dtype)``, then one loop nest per input copying
 its elements to ``out[..., j + off, ...]`` (dimensions the output's type fixes at length 1
 are not looped: index 0). numba compiles it, and ``np.empty``'s overload behind it, in
-every cold process (0.15-0.4 s in the core catalogue models with a join: a gradient's or a
-Scan's concatenation).
+every cold process (the core catalogue models with a join: a gradient's or a Scan's
+concatenation; figures: docs/benchmarks.md).
 
-`CompactJoin` is the same op (a subclass: shape inference, gradient, printing are Join's).
-Its node function is an intrinsic (`lowering.node_intrinsics`) that writes the same steps
+The compact ``Join`` (`JOIN`) is the same op (a subclass: shape inference, gradient, printing are Join's).
+Its node function is an intrinsic (`compact.node_intrinsics`) that writes the same steps
 into its caller with numba's own pieces: the sums and checks in stock's order with stock's
 message, the allocation of ``np.empty`` (`node_intrinsics.new_array`), and the copies as
 numba's item loads and stores, each element converted to the output's dtype as numba's
@@ -22,20 +22,11 @@ import numpy as np
 from numba.core import cgutils, types
 from numba.np import arrayobj
 from numba.np.numpy_support import from_dtype
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.basic import Join
 
-from ptnumba_codegen.backend.node_keys import cache_key, stock_node_function
-from ptnumba_codegen.lowering import node_intrinsics as ni
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.replica import SUPPORTED_PYTENSOR, Replica, StockSource
 
 MISMATCH_MESSAGE = "all the input array dimensions except for the concatenation axis must match exactly"  # stock's
-
-
-class CompactJoin(Join):
-    """``Join`` whose numba function is an intrinsic (`join_intrinsic`)."""
-
-
-CompactJoin.__name__ = "Join"
 
 
 def why_not_compact(node) -> str | None:
@@ -104,14 +95,25 @@ def join_intrinsic(axis: int, n_inputs: int, out_dtype: str, static_shape: tuple
     return ni.node_intrinsic("join", n_inputs, typer, stock)
 
 
-@register_funcify_and_cache_key(CompactJoin)
-def numba_funcify_CompactJoin(op, node, **kwargs):
-    """`join_intrinsic`, falling back to stock's function, and its cache key (the package's
-    source, the axis, the inputs' count, the output's dtype and static shape)."""
+def join_params(op, node) -> tuple:
+    """The record's params: the axis, the inputs' count, the output's dtype and static shape."""
     out = node.outputs[0].type
-    static = tuple(out.shape)
-    fn = join_intrinsic(op.axis, len(node.inputs), out.dtype, static, stock_node_function(op, node))
-    return fn, cache_key("CompactJoin", "intrinsic", op.axis, len(node.inputs), out.dtype, static)
+    return op.axis, len(node.inputs), out.dtype, tuple(out.shape)
 
 
-__all__ = ["MISMATCH_MESSAGE", "CompactJoin", "join_intrinsic", "why_not_compact"]
+JOIN = Replica(
+    stock_op="pytensor.tensor.basic:Join",
+    reason="a numba function of its own per axis and looped dimensions, which compiles np.empty's overload "
+    "besides; the compact one is an intrinsic inside its caller making stock's checks, allocation "
+    "and copies with numba's own pieces",
+    source=StockSource(
+        functions=("pytensor.link.numba.dispatch.tensor_basic:numba_funcify_Join",),
+        digests={"5639be9a1adbdde0": SUPPORTED_PYTENSOR},
+    ),
+    params=join_params,
+    intrinsic=join_intrinsic,
+    takes=why_not_compact,
+)
+
+
+__all__ = ["JOIN", "MISMATCH_MESSAGE", "join_intrinsic", "join_params", "why_not_compact"]

@@ -4,13 +4,13 @@ PyTensor's numba ``Cholesky`` is ``_cholesky``'s overload: a work copy of ``A`` 
 layout LAPACK needs, ``potrf`` through a pointer looked up at run time from an object-mode
 block, NaNs where it fails, and the other triangle zeroed. numba compiles it per argument
 type with the work-array helpers, ``np.full_like`` and the ``potrf`` wrapper and its pointer
-lookup behind it: about 0.5 s of a cold compile per signature, in the catalogue's GP models
-(docs/benchmarks.md, "Linear algebra as intrinsics").
+lookup behind it, per signature, in the catalogue's GP models (figures: docs/benchmarks.md,
+"Linear algebra as intrinsics").
 
-`CompactCholesky` (a subclass: shape inference, gradient, printing are the op's) takes the
-nodes whose input needs no cast, where stock's implementation is the one replicated
-(`REPLICATED`, the digest of its functions' source: another PyTensor keeps the stock op;
-`why_not_compact`). Its node function is an intrinsic
+The compact ``Cholesky`` (`CHOLESKY`: a subclass, shape inference, gradient, printing are the
+op's) takes the nodes whose input needs no cast (`why_not_compact`), where stock's
+implementation is the one replicated (its record's digest of the functions' source: another
+PyTensor keeps the stock op). Its node function is an intrinsic
 writing the overload's steps, in its order, into the caller:
 
 - an empty ``A``: zeros of its shape; then a non-square ``A``: scipy's ``LinAlgError`` with
@@ -24,62 +24,30 @@ writing the overload's steps, in its order, into the caller:
 
 So the values are stock's bits: copies are copies, and the factor is the same LAPACK routine
 on the same buffer layout with the same arguments. The result is typed in the layout every
-path makes it in (C for a C-typed ``A``, else Fortran's) where numba types stock's ``A``: the
-same array, read as `compact_solve` explains. tests/test_compact_cholesky.py compares values,
+path makes it in (C for a C-typed ``A``, else Fortran's), as numba types stock's: the same
+array, read as `compact.solve` explains. tests/test_compact_cholesky.py compares values,
 errors and overwritten inputs with stock's.
 """
 
 from __future__ import annotations
 
-import functools
-
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.np import arrayobj
-from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-from pytensor.tensor.linalg import Cholesky
 from scipy import linalg
 
-from ptnumba_codegen.backend.blas_calls import ROUTINES
-from ptnumba_codegen.backend.node_keys import cache_key, source_digest, stock_node_function
-from ptnumba_codegen.backend.work_arrays import contiguous, copied, filled
-from ptnumba_codegen.lowering import node_intrinsics as ni
-from ptnumba_codegen.runtime.cython_symbols import bind, symbol_name
+from ptnumba_codegen.compact import node_intrinsics as ni
+from ptnumba_codegen.compact.blas_calls import LAPACK_MODULE, ROUTINES
+from ptnumba_codegen.compact.replica import Replica, StockSource
+from ptnumba_codegen.compact.work_arrays import LINALG, contiguous, copied, filled
+from ptnumba_codegen.runtime.cython_symbols import symbol_name
 
-LAPACK_MODULE = "scipy.linalg.cython_lapack"
 I32 = ir.IntType(32)
 NOT_SQUARE = "Last 2 dimensions of A must be square"  # stock's message
 
 
-class CompactCholesky(Cholesky):
-    """``Cholesky`` whose node function is an intrinsic."""
-
-
-CompactCholesky.__name__ = "Cholesky"
-
-
-def _stock_parts():
-    from pytensor.link.numba.dispatch.linalg import utils
-    from pytensor.link.numba.dispatch.linalg.decomposition import cholesky, dispatch
-
-    return [cholesky.cholesky_impl, utils._c_work_array_impl, utils._fortran_work_array_impl,
-            utils._full_fortran_order_impl, dispatch.numba_funcify_Cholesky]
-
-
-# the digest of stock's functions (`_stock_parts`) this module replicates -> the version they are
-REPLICATED = {"d0bc4ff65344d7d9": "pytensor 3.3.8"}
-
-
-@functools.cache
-def stock_digest() -> str:
-    return source_digest(_stock_parts)
-
-
 def why_not_compact(node) -> str | None:
-    """Why ``node`` keeps the stock op, or None (stock's implementation the one replicated, a
-    matrix of the output's dtype, one LAPACK has)."""
-    if stock_digest() not in REPLICATED:
-        return f"stock's Cholesky source has digest {stock_digest()}, not one of {sorted(REPLICATED)}"
+    """Why ``node`` keeps the stock op, or None (a matrix of the output's dtype, one LAPACK has)."""
     (a,) = node.inputs
     out = node.outputs[0].type.dtype
     if a.type.ndim != 2:
@@ -91,15 +59,9 @@ def why_not_compact(node) -> str | None:
     return None
 
 
-@functools.cache
-def _bind_potrf(dtype: str) -> str:
-    """Bind scipy's ``potrf`` of ``dtype`` to its symbol, once per process."""
-    return bind(LAPACK_MODULE, ROUTINES[dtype] + "potrf")
-
-
 def result_type(aty: types.Array) -> types.Array:
     """The factor's type: C for a C-typed ``A`` (the transpose of a Fortran factor), else
-    Fortran (numba types stock's ``A``, its paths unified)."""
+    Fortran, as numba types stock's node function."""
     return types.Array(aty.dtype, 2, "C" if aty.layout == "C" else "F")
 
 
@@ -201,14 +163,29 @@ def _zero_other_triangle(context, builder, fty, fs, n, lower_f):
                 ni.store(context, builder, fty, fs, [i, j], zero, fty.dtype)
 
 
-@register_funcify_and_cache_key(CompactCholesky)
-def numba_funcify_CompactCholesky(op, node, **kwargs):
-    """The intrinsic and its cache key (the package's source and the op's flags)."""
-    dtype = node.outputs[0].type.dtype
-    if dtype in ROUTINES:  # bound here: a function loaded from numba's cache is not typed again
-        _bind_potrf(dtype)
-    key = cache_key("CompactCholesky", "intrinsic", op.lower, op.overwrite_a)
-    return cholesky_intrinsic(op.lower, op.overwrite_a, stock_node_function(op, node)), key
+CHOLESKY = Replica(
+    stock_op="pytensor.tensor.linalg:Cholesky",
+    reason="_cholesky's overload: a numba function per input type with the work-array helpers, np.full_like "
+    "and the potrf wrapper and its object-mode pointer lookup behind it; the compact one is an intrinsic "
+    "inside its caller making the same copy, potrf call (by symbol) and zeroing with numba's own pieces",
+    source=StockSource(
+        functions=(
+            LINALG + "decomposition.cholesky:cholesky_impl", LINALG + "utils:_c_work_array_impl",
+            LINALG + "utils:_fortran_work_array_impl", LINALG + "utils:_full_fortran_order_impl",
+            LINALG + "decomposition.dispatch:numba_funcify_Cholesky",
+        ),
+        digests={"d0bc4ff65344d7d9": ("3.3.8",)},
+        elsewhere={
+            version: "its Cholesky copies A through numba's _copy_to_fortran_order, not through the "
+            "work-array helpers whose layouts the compact factor replicates"
+            for version in ("3.3.6", "3.3.7")
+        },
+    ),
+    params=lambda op, node: (op.lower, op.overwrite_a),
+    intrinsic=cholesky_intrinsic,
+    takes=why_not_compact,
+    routines=((LAPACK_MODULE, "potrf"),),
+)
 
 
-__all__ = ["LAPACK_MODULE", "NOT_SQUARE", "CompactCholesky", "cholesky_intrinsic", "result_type", "why_not_compact"]
+__all__ = ["CHOLESKY", "NOT_SQUARE", "cholesky_intrinsic", "result_type", "why_not_compact"]

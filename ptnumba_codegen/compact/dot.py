@@ -7,7 +7,7 @@ per pair of input layouts in a cold process, is the largest single stock node of
 catalogue's models with a design matrix (figures: docs/benchmarks.md, "Split, scipy.special
 and Dot compiled without stock's heaviest machinery").
 
-`CompactDot` is the same op (a subclass: shape inference, gradient, printing are Dot's)
+The compact ``Dot`` is the same op (a subclass: shape inference, gradient, printing are Dot's)
 whose numba function makes, for the operands a model passes, the very BLAS call stock's
 ``_gemm`` makes (same routine, same transpose flags, sizes, leading dimensions and
 increments, called by a symbol bound to the same scipy BLAS function), in a function that
@@ -18,11 +18,11 @@ compiled for the node's numba types when a call first needs it (through
 `runtime.python_callbacks`): the same bits everywhere, and the same errors.
 
 The node function is that product written into its caller as an intrinsic
-(`compact_dot_ir`: the same branches and calls, no numba compile of its own); the product
+(`compact.dot_ir`: the same branches and calls, no numba compile of its own); the product
 compiled by numba (`_product_source`) is the intrinsic's fallback for other types.
 
-It is applied only where stock's implementation is the one replicated (`REPLICATED`, the
-digest of the stock functions' source): another PyTensor version keeps the stock Dot.
+`DOT` is its record: it is applied only where stock's implementation is the one replicated
+(the digest of the stock functions' source); another PyTensor keeps the stock Dot.
 """
 
 from __future__ import annotations
@@ -35,26 +35,26 @@ from numba.core import types
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.link.utils import compile_function_src
-from pytensor.tensor.math import Dot
 
-from ptnumba_codegen.backend.blas_calls import (
-    BLAS_ARGUMENTS,
+from ptnumba_codegen.compact.blas_calls import (
     BLAS_MODULE,
     LAYOUTS,
     ROUTINES,
     SLOW_PATH_FAILED,
+    bind_routines,
     emit_blas_call,
 )
-from ptnumba_codegen.backend.compact_dot_ir import dot_intrinsic
-from ptnumba_codegen.backend.node_keys import cache_key, source_digest
+from ptnumba_codegen.compact.dot_ir import dot_intrinsic
+from ptnumba_codegen.compact.replica import Replica, StockSource, stock_name
 from ptnumba_codegen.runtime import python_callbacks
-from ptnumba_codegen.runtime.cython_symbols import bind
 
-# The digest of the stock source this module replicates -> the PyTensor version it is from.
-# (`stock_digest`: `_gemm_impl`, the operand and stride helpers it calls, `numba_funcify_Dot`.)
-REPLICATED = {"17b9d6895be76a77": "pytensor 3.3.8"}
+STOCK_DOT = "pytensor.tensor.math:Dot"
+PRODUCTS = "pytensor.link.numba.dispatch.linalg.products:"
+# PyTensor's setting the compact product reads: whether gemv's output is zeroed first
+MUST_INITIALIZE_Y_GEMV = "pytensor.tensor.blas._core:must_initialize_y_gemv"
+SCIPY_ROUTINES = ((BLAS_MODULE, "gemm"), (BLAS_MODULE, "gemv"))  # the calls of the product, by symbol
 
 # The calls the compact function makes itself, and why stock's `_gemm` makes the same call
 # there: for a C/F-typed operand it reads the typed layout (`_blas_operand_impl`), for an
@@ -76,37 +76,12 @@ FAST_CASES = {
 
 
 
-@functools.cache
-def _stock_parts():
-    from pytensor.link.numba.dispatch import elemwise
-    from pytensor.link.numba.dispatch.linalg import products as p
-
-    return [p._gemm_impl, p._blas_operand_generic, p._blas_operand_impl, p._normalize_gemm_strides, p._leading_dim,
-            p._column_major_ld, p._row_major_ld, p._is_reversed, elemwise.numba_funcify_Dot]
-
-
-def stock_digest() -> str:
-    """The digest of the installed PyTensor's numba ``Dot`` implementation ("unavailable
-    (...)" where one of its functions is missing: another implementation)."""
-    return source_digest(_stock_parts)
-
-
 def why_not_compact(node) -> str | None:
-    """Why ``node`` (a Dot) keeps the stock function, or None if `CompactDot` applies."""
-    digest = stock_digest()
-    if digest not in REPLICATED:
-        return f"stock's Dot source has digest {digest}, not one of {sorted(REPLICATED)}"
+    """Why ``node`` (a Dot) keeps the stock function, or None if the compact one applies."""
     dtypes = {v.type.dtype for v in (*node.inputs, *node.outputs)}
     if len(dtypes) != 1 or next(iter(dtypes)) not in ROUTINES:
         return f"dtypes {sorted(dtypes)}: the compact Dot takes one of {sorted(ROUTINES)} for inputs and output"
     return None
-
-
-class CompactDot(Dot):
-    """``Dot`` whose numba function makes stock's BLAS call itself where `FAST_CASES` says."""
-
-
-CompactDot.__name__ = "Dot"
 
 
 @intrinsic
@@ -145,9 +120,10 @@ def _stock_dot(dtype: str):
     """Stock's numba function for a Dot of ``dtype`` matrices (`numba_funcify_Dot`)."""
     import pytensor.tensor as pt
 
+    dot = stock_name(STOCK_DOT)
     x, y = pt.matrix(dtype=dtype), pt.matrix(dtype=dtype)
-    node = Dot()(x, y).owner
-    fn, _key = numba_funcify_and_cache_key.dispatch(Dot)(node.op, node)
+    node = dot()(x, y).owner
+    fn, _key = numba_funcify_and_cache_key.dispatch(dot)(node.op, node)
     return fn
 
 
@@ -179,7 +155,7 @@ class SlowPath:
 
 
 def slow_path_symbol(dtype: str) -> str:
-    """The symbol of stock's Dot for ``dtype`` (bound by `numba_funcify_CompactDot`)."""
+    """The symbol of stock's Dot for ``dtype`` (bound by `dot_node_function`)."""
     return python_callbacks.symbol_for(("CompactDot slow path", dtype))
 
 
@@ -289,13 +265,6 @@ def blas_operand(a):
 
 
 @functools.cache
-def _bind_routines(dtype: str) -> None:
-    """Bind scipy's BLAS routines of ``dtype`` (`BLAS_ARGUMENTS`) once per process."""
-    for routine in BLAS_ARGUMENTS:
-        bind(BLAS_MODULE, ROUTINES[dtype] + routine)
-
-
-@functools.cache
 def _slow_path(dtype: str) -> str:
     """The slow path's symbol of ``dtype``, bound once per process."""
     return _bind_slow_path(dtype)
@@ -304,7 +273,7 @@ def _slow_path(dtype: str) -> str:
 @functools.cache
 def _product(dtype: str, zero_y_first: bool):
     """The shared product function of ``dtype`` (its symbols bound; compiled on first use)."""
-    _bind_routines(dtype)
+    bind_routines(SCIPY_ROUTINES)
     slow_symbol = _slow_path(dtype)
     env = {
         "np": np,
@@ -319,24 +288,58 @@ def _product(dtype: str, zero_y_first: bool):
     return numba_basic.numba_njit(compile_function_src(src, "product", env))
 
 
-@register_funcify_and_cache_key(CompactDot)
-def numba_funcify_CompactDot(op, node, **kwargs):
-    """The node's function (its inputs retyped 'A', their layouts passed on) and its cache
-    key (`node_keys.cache_key`: the package's source, the dtype, stock's gemv setting and the
-    replicated digest)."""
-    from pytensor.tensor.blas._core import must_initialize_y_gemv
+def dot_params(op, node) -> tuple:
+    """The record's params: the dtype, and whether gemv's output is zeroed first (PyTensor's
+    ``must_initialize_y_gemv``, which stock's gemv reads)."""
+    return node.outputs[0].type.dtype, bool(stock_name(MUST_INITIALIZE_Y_GEMV)())
 
-    dtype = node.outputs[0].type.dtype
-    zero_y_first = bool(must_initialize_y_gemv())
 
-    def compiled_product():  # the intrinsic's fallback: the product compiled by numba
+def compiled_product(op, node, **kwargs):
+    """``() ->`` the intrinsic's fallback: the product compiled by numba, the operands retyped
+    'A' and their layouts passed on."""
+    dtype, zero_y_first = dot_params(op, node)
+
+    def build():
         env = {"product": _product(dtype, zero_y_first), "as_any_layout": as_any_layout, "layout_code": layout_code}
         src = "def dot(x, y):\n    return product(as_any_layout(x), as_any_layout(y), layout_code(x), layout_code(y))\n"
         return numba_basic.numba_njit(compile_function_src(src, "dot", env))
 
-    _bind_routines(dtype)
-    fn = dot_intrinsic(dtype, zero_y_first, _slow_path(dtype), compiled_product)
-    return fn, cache_key("CompactDot", "intrinsic", dtype, zero_y_first, stock_digest())
+    return build
 
 
-__all__ = ["FAST_CASES", "REPLICATED", "CompactDot", "SlowPath", "slow_path_symbol", "stock_digest", "why_not_compact"]
+def dot_node_function(dtype: str, zero_y_first: bool, fallback):
+    """The product as an intrinsic (`dot_ir.dot_intrinsic`), with the slow path bound to its
+    symbol first (a function loaded from numba's cache is not typed again, and its machine
+    code calls it by symbol; the record binds scipy's routines)."""
+    return dot_intrinsic(dtype, zero_y_first, _slow_path(dtype), fallback)
+
+
+DOT = Replica(
+    stock_op=STOCK_DOT,
+    reason="_gemm's overload covers every layout in one large function, compiled per pair of input layouts; "
+    "the compact one makes the same BLAS call for the operands models pass, and compiles stock's "
+    "for the others when a call first needs it (compact.dot.FAST_CASES)",
+    source=StockSource(
+        functions=(
+            PRODUCTS + "_gemm_impl", PRODUCTS + "_blas_operand_generic", PRODUCTS + "_blas_operand_impl",
+            PRODUCTS + "_normalize_gemm_strides", PRODUCTS + "_leading_dim", PRODUCTS + "_column_major_ld",
+            PRODUCTS + "_row_major_ld", PRODUCTS + "_is_reversed",
+            "pytensor.link.numba.dispatch.elemwise:numba_funcify_Dot", MUST_INITIALIZE_Y_GEMV,
+        ),
+        digests={"c0f2f5d9ab864b37": ("3.3.8",)},
+        elsewhere={
+            version: "its _gemm makes matrix-vector products through _gemv and reads operands through "
+            "_blas_operand, calls the compact product does not replicate"
+            for version in ("3.3.6", "3.3.7")
+        },
+    ),
+    params=dot_params,
+    intrinsic=dot_node_function,
+    takes=why_not_compact,
+    fallback=compiled_product,
+    routines=SCIPY_ROUTINES,
+)
+
+
+__all__ = ["DOT", "FAST_CASES", "SlowPath", "compiled_product", "dot_node_function", "dot_params", "slow_path_symbol",
+           "why_not_compact"]
