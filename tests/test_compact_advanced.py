@@ -1,14 +1,14 @@
 """Gathers and scatters by integer vectors as intrinsics (`compact.advanced`).
 
 For ``x[idx]`` (vectors, rows of matrices and 3-d arrays), ``x[rows, cols]`` (elements and
-rows), with index vectors of several dtypes, negative indices, an index of length 1
+rows), ``x[:, idx]`` (full slices before the vectors: stock's transposed buffer), with index vectors of several dtypes, negative indices, an index of length 1
 broadcast against another, and scatters (``inc_subtensor``/``set_subtensor``, in place or
 not) with updates of the indexed shape, 0-d, of length 1 along a dimension (statically and
 only at run time) and of lower rank: the intrinsic returns stock's array bit for bit and of
 stock's numba type (repeated indices add up in stock's order), raises stock's errors with
 stock's messages, and compiles nothing of its own. An index out of bounds raises
 ``IndexError`` (stock has no bounds check there). Slices, boolean masks, matrix indices and
-``ignore_duplicates`` keep the stock op. A hierarchical model's gradient under ``strict``
+``ignore_duplicates`` keep the stock op, and so do slices other than full ones before the vectors. A hierarchical model's gradient under ``strict``
 is stock strict's, bit for bit, with its gathers and scatters compact.
 """
 
@@ -27,7 +27,9 @@ from ptnumba_codegen.compact.ops import CompactAdvancedIncSubtensor, CompactAdva
 
 RNG = np.random.default_rng(51)
 
-# gathers: (x shape, index arrays)
+ALL = slice(None)  # a full slice before the index vectors
+
+# gathers: (x shape, index arrays or full slices)
 GATHERS = {
     "vector": ((6,), [np.array([0, 5, -1, 2, 2, -6])]),
     "vector, uint8": ((6,), [np.array([5, 0, 3, 3], dtype="uint8")]),
@@ -38,6 +40,12 @@ GATHERS = {
     "elements, one index of length 1": ((4, 3), [np.array([2]), np.array([2, 0, 1, 1])]),
     "rows of a 3-d array by two": ((4, 3, 2), [np.array([0, 3], dtype="uint8"), np.array([2, -3])]),
     "empty": ((4, 3), [np.array([], dtype="int64")]),
+    # after full slices (an LDA's phi[:, w]): stock gathers into a buffer with the index
+    # group first and returns it transposed
+    "columns": ((4, 3), [ALL, np.array([2, 0, -1, 2])]),
+    "columns of a 3-d array": ((4, 3, 2), [ALL, np.array([1, 2, 1])]),
+    "last axis of a 3-d array": ((4, 3, 2), [ALL, ALL, np.array([1, 0, -2, 1, 1])]),
+    "elements after a slice": ((4, 3, 2), [ALL, np.array([0, 2, 1]), np.array([1, 1, 0])]),
 }
 
 # scatters: (x shape, index arrays, y static shape, y shape, a y shape that does not broadcast)
@@ -51,6 +59,11 @@ SCATTERS = {
     "elements": ((4, 3), [np.array([0, 1, 3, 1]), np.array([2, 0, 1, 0])], (None,), (4,), (3,)),
     "elements, 0-d update": ((4, 3), [np.array([0, 1, 2]), np.array([0, 1, 2])], (), (), None),
     "rows of a 3-d array by two": ((4, 3, 2), [np.array([0, 3, 0]), np.array([2, 1, 2])], (None, None), (3, 2), (3, 3)),
+    "columns": ((4, 3), [ALL, np.array([2, 0, 2, -1])], (None, None), (4, 4), (3, 4)),
+    "columns, update 1 high": ((4, 3), [ALL, np.array([2, 0, 2])], (1, None), (1, 3), (1, 2)),
+    "columns of a 3-d array": ((4, 3, 2), [ALL, np.array([1, 2, 1])], (None, None, None), (4, 3, 2), (4, 2, 2)),
+    "last axis of a 3-d array, lower-rank update": ((4, 3, 2), [ALL, ALL, np.array([1, 0, 1])], (None,), (3,), (2,)),
+    "elements after a slice": ((4, 3, 2), [ALL, np.array([0, 2, 0]), np.array([1, 1, 1])], (None, None), (4, 3), (4, 2)),
 }
 
 
@@ -58,24 +71,30 @@ def _tensor(name, value, static=None):
     return pt.tensor(name, shape=static if static is not None else (None,) * np.ndim(value), dtype=value.dtype)
 
 
+def _indices(idxs):
+    """The index variables (full slices kept) and the index values the node reads."""
+    variables = [v if v is ALL else _tensor(f"i{k}", v) for k, v in enumerate(idxs)]
+    return tuple(variables), [v for v in idxs if v is not ALL]
+
+
 def _gather(case):
     shape, idxs = GATHERS[case]
     x = pt.tensor("x", shape=(None,) * len(shape), dtype="float64")
-    indices = [_tensor(f"i{k}", v) for k, v in enumerate(idxs)]
-    stock = x[tuple(indices)].owner
+    indices, values = _indices(idxs)
+    stock = x[indices].owner
     assert type(stock.op) is AdvancedSubtensor
     compact = compact_op(stock)
     assert type(compact) is CompactAdvancedSubtensor
-    return stock, compact.make_node(*stock.inputs), [RNG.normal(size=shape), *idxs]
+    return stock, compact.make_node(*stock.inputs), [RNG.normal(size=shape), *values]
 
 
 def _scatter(case, set_instead_of_inc, inplace, y_shape=None):
     shape, idxs, y_static, y_value_shape, _ = SCATTERS[case]
     x = pt.tensor("x", shape=(None,) * len(shape), dtype="float64")
     y = pt.tensor("y", shape=y_static, dtype="float64")
-    indices = [_tensor(f"i{k}", v) for k, v in enumerate(idxs)]
+    indices, values = _indices(idxs)
     fn = pt.set_subtensor if set_instead_of_inc else pt.inc_subtensor
-    stock = fn(x[tuple(indices)], y).owner
+    stock = fn(x[indices], y).owner
     if inplace:
         op = stock.op
         stock = AdvancedIncSubtensor(op.idx_list, inplace=True, set_instead_of_inc=op.set_instead_of_inc).make_node(*stock.inputs)
@@ -83,7 +102,7 @@ def _scatter(case, set_instead_of_inc, inplace, y_shape=None):
     compact = compact_op(stock)
     assert type(compact) is CompactAdvancedIncSubtensor and compact.inplace == inplace
     ys = RNG.normal(size=y_value_shape if y_shape is None else y_shape)
-    return stock, compact.make_node(*stock.inputs), [RNG.normal(size=shape), ys, *idxs]
+    return stock, compact.make_node(*stock.inputs), [RNG.normal(size=shape), ys, *values]
 
 
 def _run(node, args):
@@ -193,7 +212,7 @@ def test_it_is_lowered_into_its_caller(kind):
 
 def test_other_indexing_keeps_the_stock_op():
     x, m, i = pt.dvector("x"), pt.dmatrix("m"), pt.lvector("i")
-    for node in (x[i > 0].owner, m[i, 1:].owner, m[:, i].owner, x[pt.lmatrix("j")].owner,
+    for node in (x[i > 0].owner, m[i, 1:].owner, m[1:, i].owner, x[pt.lmatrix("j")].owner,
                  pt.inc_subtensor(x[i], 1.0, ignore_duplicates=True).owner):
         assert isinstance(node.op, AdvancedSubtensor | AdvancedIncSubtensor), node
         assert compact_op(node) is None, node

@@ -61,14 +61,27 @@ def _index_inputs(node) -> list:
     return node.inputs[1:] if isinstance(node.op, AdvancedSubtensor) else node.inputs[2:]
 
 
+FULL_SLICE = slice(None, None, None)
+
+
+def leading_slices(op) -> int:
+    """How many full slices (``:``) come before the index vectors in ``op``'s index list."""
+    s = 0
+    while s < len(op.idx_list) and op.idx_list[s] == FULL_SLICE:
+        s += 1
+    return s
+
+
 def why_not_compact(node) -> str | None:
     """Why ``node`` keeps the stock op, or None: its indices must be integer vectors, one per
-    leading axis of ``x``, in order (no slices), and a scatter must add every repeated index
-    (PyTensor's ``ignore_duplicates`` is numpy's ``x[idx] += y``, which stock compiles otherwise)."""
+    axis of ``x`` after any number of full slices (``x[idx]``, ``x[rows, cols]``, ``x[:, idx]``),
+    in order, and a scatter must add every repeated index (PyTensor's ``ignore_duplicates``
+    is numpy's ``x[idx] += y``, which stock compiles otherwise)."""
     indices = _index_inputs(node)
-    if tuple(node.op.idx_list) != tuple(range(len(indices))):
-        return f"its index list {node.op.idx_list} is not one index vector per leading axis"
-    if len(indices) > node.inputs[0].type.ndim:
+    s = leading_slices(node.op)
+    if tuple(node.op.idx_list) != (FULL_SLICE,) * s + tuple(range(len(indices))):
+        return f"its index list {node.op.idx_list} is not full slices then one index vector per axis"
+    if s + len(indices) > node.inputs[0].type.ndim:
         return "more indices than dimensions"
     for idx in indices:
         if idx.type.ndim != 1 or idx.type.dtype not in integer_dtypes:
@@ -95,24 +108,61 @@ def _common_length(context, builder, lengths: list):
     return r
 
 
-def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
+def _full_slice(context, builder):
+    """``slice(None)`` as numba builds it for a positive step: ``0``, its largest integer, ``1``."""
+    helper = context.make_helper(builder, types.slice2_type)
+    helper.start = ni.intp(context, 0)
+    helper.stop = ni.intp(context, (1 << (types.intp.bitwidth - 1)) - 1)
+    helper.step = ni.intp(context, 1)
+    return helper._getvalue()
+
+
+def _moved_to(values: list, position: int) -> list:
+    """``values`` with its first item moved to ``position``: stock's axis order of the index
+    group after ``position`` full slices (its ``transpose`` of the gathered buffer, its read
+    of the update)."""
+    return [*values[1 : position + 1], values[0], *values[position + 1 :]]
+
+
+def _transposed_view(context, builder, out_type, buffer, buffer_type, position: int):
+    """The view of the C ``buffer`` (index group first) with that axis moved to
+    ``position``: stock's ``out_buffer.transpose(final_axis_order)``."""
+    shape = cgutils.unpack_tuple(builder, buffer.shape, buffer_type.ndim)
+    strides = cgutils.unpack_tuple(builder, buffer.strides, buffer_type.ndim)
+    view = context.make_array(out_type)(context, builder)
+    arrayobj.populate_array(
+        view,
+        data=buffer.data,
+        shape=cgutils.pack_array(builder, _moved_to(shape, position)),
+        strides=cgutils.pack_array(builder, _moved_to(strides, position)),
+        itemsize=buffer.itemsize,
+        meminfo=buffer.meminfo,
+        parent=buffer.parent,
+    )
+    return view
+
+
+def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None, leading: int = 0):
     """``advanced_subtensor(x, idx_0, ...)``, or with ``scatter`` (``inplace``,
     ``set_instead_of_inc``, ``y_static``: the update's static shape)
     ``advanced_inc_subtensor(x, y, idx_0, ...)``: stock's function (see the module) as an
-    intrinsic; ``stock()`` where these types are not the node's."""
-    k = n_indices
+    intrinsic, the index vectors after ``leading`` full slices; ``stock()`` where these types
+    are not the node's."""
+    k, s = n_indices, leading
     n_front = 1 if scatter is None else 2
 
     def typer(typingctx, arg_types):
         xty, idx_types = arg_types[0], arg_types[n_front:]
-        if not isinstance(xty, types.Array) or len(idx_types) != k or xty.ndim < k:
+        if not isinstance(xty, types.Array) or len(idx_types) != k or xty.ndim < s + k:
             return None
         if not all(isinstance(t, types.Array) and t.ndim == 1 and isinstance(t.dtype, types.Integer) for t in idx_types):
             return None
-        index_types = tuple(t.dtype for t in idx_types)
+        index_types = (types.slice2_type,) * s + tuple(t.dtype for t in idx_types)
         if scatter is None:
             zty, yty, add = xty, None, None
-            out_type = types.Array(xty.dtype, 1 + xty.ndim - k, "C")
+            buffer_type = types.Array(xty.dtype, 1 + xty.ndim - k, "C")
+            # stock returns the buffer transposed, the index group moved after the slices
+            out_type = buffer_type if s == 0 else buffer_type.copy(layout="A")
         else:
             yty = arg_types[1]
             if not isinstance(yty, types.Array) or yty.ndim != len(scatter["y_static"]) or yty.ndim > 1 + xty.ndim - k:
@@ -150,22 +200,24 @@ def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
             else:
                 z = x if scatter["inplace"] else arrayobj._array_copy(context, builder, zty(xty), [x])
             zs = ni.array_struct(context, builder, zty, z)
-            trailing = cgutils.unpack_tuple(builder, zs.shape, zty.ndim)[k:]
+            x_shape = cgutils.unpack_tuple(builder, zs.shape, zty.ndim)
+            rest = [*x_shape[:s], *x_shape[s + k :]]  # the dimensions each index position carries
             if scatter is None:
-                out = ni.new_array(context, builder, out_type, [n, *trailing])
-                out_shape = cgutils.unpack_tuple(builder, out.shape, out_type.ndim)
-                out_strides = cgutils.unpack_tuple(builder, out.strides, out_type.ndim)
+                out = ni.new_array(context, builder, buffer_type, [n, *rest])
+                out_shape = cgutils.unpack_tuple(builder, out.shape, buffer_type.ndim)
+                out_strides = cgutils.unpack_tuple(builder, out.strides, buffer_type.ndim)
             else:
                 ys = ni.array_struct(context, builder, yty, args[1])
                 if yty.ndim == 0:
                     item = ni.load(context, builder, yty, ys, [])
                 else:
-                    broadcast_checks(context, builder, [n, *trailing], yty, ys)
+                    broadcast_checks(context, builder, _moved_to([n, *rest], s), yty, ys)
                     y_shape = cgutils.unpack_tuple(builder, ys.shape, yty.ndim)
                     y_strides = cgutils.unpack_tuple(builder, ys.strides, yty.ndim)
+            slices = [_full_slice(context, builder) for _ in range(s)]
             with cgutils.for_range(builder, n) as outer:
                 i = outer.index
-                scalars = []
+                scalars = list(slices)
                 for t, a, length in zip(idx_types, idxs, lengths, strict=True):
                     at = i if k == 1 else builder.select(builder.icmp_signed("==", length, one), zero, i)
                     scalars.append(ni.load(context, builder, t, a, [at]))
@@ -176,15 +228,15 @@ def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
                     r_ptr = cgutils.get_item_pointer2(context, builder, data, shape, strides, row_type.layout, inner)
                     if scatter is None:
                         o_ptr = cgutils.get_item_pointer2(context, builder, out.data, out_shape, out_strides, "C", [i, *inner])
-                        arrayobj.store_item(context, builder, out_type, arrayobj.load_item(context, builder, row_type, r_ptr), o_ptr)
+                        arrayobj.store_item(context, builder, buffer_type, arrayobj.load_item(context, builder, row_type, r_ptr), o_ptr)
                     elif yty.ndim == 0:
                         write(context, builder, r_ptr, item, yty.dtype)
                     else:
-                        y_index = update_index(builder, [i, *inner], scatter["y_static"], y_shape, zero, one)
+                        y_index = update_index(builder, _moved_to([i, *inner], s), scatter["y_static"], y_shape, zero, one)
                         y_ptr = cgutils.get_item_pointer2(context, builder, ys.data, y_shape, y_strides, yty.layout, y_index)
                         write(context, builder, r_ptr, arrayobj.load_item(context, builder, yty, y_ptr), yty.dtype)
             if scatter is None:
-                return out._getvalue()
+                return (out if s == 0 else _transposed_view(context, builder, out_type, out, buffer_type, s))._getvalue()
             if scatter["inplace"]:
                 return impl_ret_borrowed(context, builder, zty, z)
             return z  # the copy's new reference
@@ -195,9 +247,16 @@ def advanced_intrinsic(n_indices: int, stock, scatter: dict | None = None):
     return ni.node_intrinsic(name, n_front + k, typer, stock)
 
 
-def scatter_intrinsic(n_indices: int, inplace: bool, set_instead: bool, y_static: tuple, stock):
+def gather_intrinsic(n_indices: int, leading: int, stock):
+    """`advanced_intrinsic` of a gather: ``advanced_subtensor(x, idx_0, ...)``."""
+    return advanced_intrinsic(n_indices, stock, leading=leading)
+
+
+def scatter_intrinsic(n_indices: int, leading: int, inplace: bool, set_instead: bool, y_static: tuple, stock):
     """`advanced_intrinsic` of a scatter: ``advanced_inc_subtensor(x, y, idx_0, ...)``."""
-    return advanced_intrinsic(n_indices, stock, {"inplace": inplace, "set_instead_of_inc": set_instead, "y_static": y_static})
+    return advanced_intrinsic(
+        n_indices, stock, {"inplace": inplace, "set_instead_of_inc": set_instead, "y_static": y_static}, leading
+    )
 
 
 # stock's function for both (`vector_integer_advanced_indexing` for the nodes the compact ops take)
@@ -213,8 +272,8 @@ ADVANCED_SUBTENSOR = Replica(
     "intrinsic inside its caller making stock's index broadcast, allocation and copy loop with numba's "
     "own pieces",
     source=STOCK,
-    params=lambda op, node: (len(node.inputs) - 1,),  # the number of index vectors
-    intrinsic=advanced_intrinsic,
+    params=lambda op, node: (len(node.inputs) - 1, leading_slices(op)),  # the index vectors, the slices before them
+    intrinsic=gather_intrinsic,
     takes=why_not_compact,
 )
 
@@ -226,11 +285,13 @@ ADVANCED_INC_SUBTENSOR = Replica(
     "adds up) with numba's own pieces",
     source=STOCK,
     # the index vectors, the op's props and the update's static shape (which stock's source spells out)
-    params=lambda op, node: (len(node.inputs) - 2, op.inplace, op.set_instead_of_inc, tuple(node.inputs[1].type.shape)),
+    params=lambda op, node: (
+        len(node.inputs) - 2, leading_slices(op), op.inplace, op.set_instead_of_inc, tuple(node.inputs[1].type.shape)
+    ),
     intrinsic=scatter_intrinsic,
     takes=why_not_compact,
 )
 
 
-__all__ = ["ADVANCED_INC_SUBTENSOR", "ADVANCED_SUBTENSOR", "SHAPES_MESSAGE", "advanced_intrinsic", "scatter_intrinsic",
-           "why_not_compact"]
+__all__ = ["ADVANCED_INC_SUBTENSOR", "ADVANCED_SUBTENSOR", "SHAPES_MESSAGE", "advanced_intrinsic", "gather_intrinsic",
+           "scatter_intrinsic", "why_not_compact"]
