@@ -1,7 +1,7 @@
 """The maintainer's counter-example from the seed thread (../shared/seeds/000): fast_run
 rewrites exp(a)*exp(c) into exp(a + c), so the tie in grad(minimum(exp(a)*exp(c), b), a)
-is lost under every policy that decides on the rewritten graph (`rewritten`, the default
-before issue 21, `strict`, `fast`); `default` (alias `as_written`) decides as written.
+is lost under every policy that decides on the rewritten graph (`rewritten`, `strict`,
+`fast`); `default` (alias `as_written`) decides as written.
 
     python examples/maintainer.py                              # the values and the report
     python -m ptnumba_codegen explain examples/maintainer.py:fn

@@ -20,9 +20,9 @@ The script
    under the policy mode, confirms from ptnumba_codegen's log that the sampler's graph went
    through the policy rewrite, and prints posterior means against the true coefficients.
 
-Runtime on a busy 2-core machine at the defaults (1e5 rows, 8 features, 2 chains x
-(300 + 300) sequentially on one core): about 60 s wall, ~45 s of it sampling (each NUTS
-step costs several logp+dlogp evaluations over the 1e5 rows); ``--no-sample`` takes ~15 s.
+At the defaults (1e5 rows, 8 features, 2 chains x (300 + 300) sequentially on one core)
+most of the run is sampling (each NUTS step costs several logp+dlogp evaluations over the
+1e5 rows); ``--no-sample`` leaves it out.
 Use ``--rows``/``--draws``/``--tune`` to scale it. BLAS is limited to one thread by default
 (``--blas-threads``): see the comment in ``main()``.
 """
@@ -238,7 +238,7 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     # The generated kernels are single-threaded. Multi-threaded OpenBLAS on a loaded machine
-    # turns each 1e5 x 8 gemv from ~1 ms into ~15 ms of thread contention, which would drown
+    # turns each 1e5 x 8 gemv into mostly thread contention, which would drown
     # the elementwise work the policy changes; one BLAS thread keeps the comparison readable.
     if args.blas_threads > 0:
         with threadpool_limits(limits=args.blas_threads, user_api="blas"):

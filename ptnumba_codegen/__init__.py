@@ -8,7 +8,7 @@ Importing the package registers the ``policy_codegen`` rewrites and the numba di
                                                    # (default: decisions as written)
     ptnumba_codegen.disable()                      # new functions compile stock again
     with ptnumba_codegen.enabled("strict"): ...    # the switch for one block
-    mode = ptnumba_codegen.policy_mode("rewritten")   # decisions from the rewritten graph (the old default)
+    mode = ptnumba_codegen.policy_mode("rewritten")   # decisions from the rewritten graph
 """
 
 from ptnumba_codegen._version import GENERATOR_VERSION, __version__

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent
 # The front ends: command line, benchmarks, demos, the pytest plugin. Nothing the generator
 # runs imports them (tests/test_cache.py checks), so they stay out of the source digest:
 # editing a benchmark between its cold and its warm process must not turn every cached
-# kernel stale (issue 20: the warm compile recompiled the whole model).
+# kernel stale (a warm process would recompile the whole model).
 FRONT_ENDS = frozenset({"tools", "__main__.py", "pytest_plugin.py"})
 
 

@@ -6,8 +6,8 @@ a record (``make_user_data``): for each variable the address of its data, its si
 shape. nutpie's own ``make_extraction_fn`` reads them with numba's record indexing, one
 ``@overload`` per variable behind ``literal_unroll``, and builds each array with
 ``numba.carray(...).reshape(shape)``: numba compiles all of it in every process that
-builds the wrappers of a model with data (what it costs: docs/benchmarks.md, stop 45,
-"nutpie's shared data read by offset").
+builds the wrappers of a model with data (what it costs: CHANGELOG.md, section
+"nutpie").
 
 `make_extraction` builds the same ``extract(x, user_data_)``: ``inner(x, *arrays)``, each
 array C-contiguous, of the variable's dtype and rank, over the address, with the shape the

@@ -4,9 +4,9 @@
 its expansion as PyTensor functions, then a `numba.cfunc` around each, the C functions its
 sampler calls. Its wrappers copy the results with ``out[...] = grad`` and test them with
 ``np.all(np.isfinite(out))``; typing those makes numba compile its array-assignment and ufunc
-machinery (``fancy_setslice``, the broadcasting helpers, the ``isfinite`` loop), about 2 s per
+machinery (``fancy_setslice``, the broadcasting helpers, the ``isfinite`` loop) in every
 process, and nutpie's cfuncs cannot be cached (they use dynamic globals), so every process
-pays it again, cold or warm, small model or large (what it costs: docs/benchmarks.md,
+pays it again, cold or warm, small model or large (what it costs: CHANGELOG.md,
 "nutpie's C wrappers").
 
 While the switch is on (`switch.enable`), `install` has nutpie build them here instead

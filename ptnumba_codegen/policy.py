@@ -381,8 +381,8 @@ def load_policy(spec: str | os.PathLike | Policy | None = None) -> Policy:
     ``as_written``: `preset_names`), a TOML path, or a Policy.
 
     ``None`` gives the process default: the ``PTNUMBA_CODEGEN_POLICY`` environment variable,
-    else the ``default`` preset (decisions as written; ``rewritten`` is the default before
-    issue 21, and ``as_written`` an alias of ``default``).
+    else the ``default`` preset (decisions as written; ``rewritten`` decides on the rewritten
+    graph, and ``as_written`` is an alias of ``default``).
     """
     if isinstance(spec, Policy):
         return spec

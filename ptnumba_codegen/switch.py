@@ -17,7 +17,7 @@ Which policy a kernel gets (first match wins):
 2. ``enable(p)`` / ``enabled(p)``: the policy the switch was turned on with;
 3. ``$PTNUMBA_CODEGEN_POLICY`` (a preset name or a TOML path);
 4. the ``default`` preset (decisions as written: ``[comparison] as_written = true``; the
-   preset ``rewritten`` is the default before issue 21).
+   preset ``rewritten`` decides on the rewritten graph instead).
 
 ``enable(None)`` resolves 3-4 once, when it is called. The policy is loaded and validated
 inside ``enable``: a typo raises `PolicyError` there, before anything compiles. The

@@ -18,8 +18,8 @@
 #   CONFORMANCE_SHARED_CACHE=1  reuse ~/.pytensor (default: a fresh base_compiledir per
 #                        pass inside CONFORMANCE_OUT, so both passes compile cold)
 #   PTNUMBA_CODEGEN_POLICY      policy for the policy pass (preset name or TOML path; unset:
-#                               `default`, decisions as written; `rewritten` for the default
-#                               before issue 21)
+#                               `default`, decisions as written; `rewritten` for decisions
+#                               from the rewritten graph)
 #
 # Exit status: 1 if a test that passed on stock fails/errors/is missing with the policy, 2 if a
 # pytest run could not run (usage/internal error/interrupted), else 0.

@@ -20,8 +20,8 @@ from ptnumba_codegen.backend.ops import is_policy_op
 
 warnings.filterwarnings("ignore", category=UserWarning, module="pytensor")
 
-# policy_default decides as written (policy_as_written: its alias); policy_rewritten is the
-# default before issue 21, decisions from the rewritten graph (reference: stock_strict)
+# policy_default decides as written (policy_as_written: its alias); policy_rewritten
+# decides from the rewritten graph (reference: stock_strict)
 BACKENDS = ("stock_strict", "stock_fast", "policy_default", "policy_rewritten", "policy_strict", "policy_fast", "policy_as_written", "policy_as_written_opaque", "unoptimized_strict", "py_unoptimized")
 
 # The differential fuzzer's profiles (tests/test_fuzz.py), picked by $PTNUMBA_FUZZ_PROFILE.

@@ -119,8 +119,8 @@ def test_fingerprint_tracks_ops_dtypes_and_constants():
 
 def test_a_scalar_op_is_flattened_once_per_object_and_dtypes(monkeypatch):
     """The pass's analysis, range propagation and planning all flatten a kernel's scalar
-    op; the Program (immutable) is built once per op object and dtypes (issue 20, warm
-    compiles), and another op or other dtypes get their own."""
+    op; the Program (immutable) is built once per op object and dtypes (a warm compile
+    pays each flattening again), and another op or other dtypes get their own."""
     import pytensor.scalar as ps
 
     from ptnumba_codegen.analysis import program as prog

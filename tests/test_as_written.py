@@ -2,7 +2,7 @@
 
 The reference is ``Mode(linker="numba", optimizer=None)`` under ``numba__fastmath=False``
 (backend ``unoptimized_strict``). Random ties are in test_ties_as_written.py; here: the
-issue's two examples, the structure of the frozen copies (nothing rewrote them, leaves,
+seed example and the maintainer's, the structure of the frozen copies (nothing rewrote them, leaves,
 nesting, input-only freezing), pickling and caching, other linkers, explain.
 """
 
@@ -54,8 +54,8 @@ def inlined(fn):
 
 @pytest.mark.parametrize("backend", ["policy_default", "policy_as_written"])
 def test_maintainers_example_is_decided_as_written(backend):
-    """`default` decides as written (`as_written` is its alias); `rewritten`, the default
-    before issue 21, decides on fast_run's exp(a + c)."""
+    """`default` decides as written (`as_written` is its alias); `rewritten` decides on
+    fast_run's exp(a + c)."""
     assert maintainer_fn("policy_rewritten")(AV, CV, MAINT_BV)[0] == 0.0  # fast_run's exp(a + c)
     ref = maintainer_fn("unoptimized_strict")(AV, CV, MAINT_BV)
     np.testing.assert_allclose(ref, [MAINT_EXPECTED], rtol=1e-6)
@@ -154,7 +154,7 @@ def test_the_frozen_cone_is_the_graph_as_written_and_the_rest_is_rewritten():
 
 
 def test_ties_at_scale_have_no_flips():
-    """The issue's measurement: 20,000 elements, thresholds built in written order with libm."""
+    """Ties at scale: 20,000 elements, thresholds built in written order with libm."""
     rng = np.random.default_rng(20)
     n = 20_000
     x, y, z, b = pt.vectors("x", "y", "z", "b")
@@ -704,7 +704,7 @@ def test_index_arithmetic_folds_only_integer_constants():
 def test_a_copy_holding_allocdiag_compiles_and_keeps_the_references_bits():
     """``pt.diag`` (AllocDiag, a SymbolicOp) in a decision's cone gets an own copy; only the
     fusible symbolic ops (Softmax, LogSumExp, ...) are inlined into copies: expanding
-    AllocDiag never settled (a structural-equation model's copy grew past 10 GB)."""
+    AllocDiag never settled (a structural-equation model's copy grew without bound)."""
     from pytensor.tensor.basic import AllocDiag
 
     from ptnumba_codegen.as_written.lowering import inline_symbolic_ops
@@ -783,11 +783,11 @@ def test_the_rest_reads_the_cholesky_the_decisions_read(backend):
 
 
 def test_a_constant_exponent_that_llvm_rewrites_is_decided_as_written():
-    """Found at an earlier stop: ``le(x ** 2.0, b)`` at ties ``b = x * x`` and one ulp either
-    side flipped at 61 of 100k points: the reference calls libm's pow(x, 2.0) on an array
-    operand; the inlined copy fused the constant into the kernel, where LLVM rewrote the
-    strict call to ``x * x`` (glibc's pow is not correctly rounded). The copy's pow now
-    reads its constant as a value (`as_written.libm_operands`)."""
+    """``le(x ** 2.0, b)`` at ties ``b = x * x`` and one ulp either side: the reference
+    calls libm's pow(x, 2.0) on an array operand; an inlined copy that fused the constant
+    into the kernel would let LLVM rewrite the strict call to ``x * x`` (glibc's pow is not
+    correctly rounded) and flip decisions. The copy's pow reads its constant as a value
+    (`as_written.libm_operands`)."""
     x, b = pt.vectors("x", "b")
     outs = [pt.le(x**2.0, b)]
     fn, ref = (compile_fn([x, b], outs, k, cache_key="pow_two_tie") for k in ("policy_as_written", "unoptimized_strict"))

@@ -1,4 +1,4 @@
-"""Sums in decisions' cones put back into the graph under ``as_written`` (issue 21).
+"""Sums in decisions' cones put back into the graph under ``as_written``.
 
 A copy whose cone holds a sum over one axis, or a Softmax (its max, exp, row sum and
 divide), is inlined into the kernels (`freeze.ONE_AXIS_REDUCERS`, `freeze.INLINED_SYMBOLIC_OPS`):

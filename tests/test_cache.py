@@ -74,7 +74,7 @@ def test_key_is_never_none_where_stock_caches():
     assert all(np.all(np.isfinite(o)) for o in fn(*vals))
 
 
-# --- warm processes (issue 20: a warm compile that recompiled the whole model) ------------
+# --- warm processes (a warm compile must not recompile the whole model) -------------------
 
 # The catalogue's reinforcement-learning model in small: a Scan carrying a vector (the Q
 # table, set_subtensor) with policy kernels inside, a softmax after it, and the gradient.
@@ -134,7 +134,7 @@ def test_a_second_process_compiles_nothing(tmp_path):
     """Every key of a Scan model is the same in a second process (another hash seed, other
     addresses), so the warm compile reads every kernel from the disk cache, writes none and
     lowers no function: numba types and emits nothing of the generator's (or anyone's)
-    again (issue 20: warm compiles). The function graph is stored whole; its policy kernels
+    again. The function graph is stored whole; its policy kernels
     are not stored one by one (`backend.node_wrappers`: no per-node cache wrappers)."""
     cold, cold_files, cold_lowered = _warm_probe(tmp_path, "1")
     assert any(name.startswith("string.numba_funcified_fgraph") for name in cold_files), cold_files

@@ -291,7 +291,7 @@ def test_run_phases_rounds_and_reference(tmp_path):
 def test_warm_compile_on_an_edited_source_is_not_a_warm_compile(tmp_path):
     """A warm process that runs another generator source than its cold one (the tree was
     edited in between: every cache key changed) compiled everything again; its compile
-    time is not the warm compile (issue 20: 39 s against stock's 4.7 s)."""
+    time is not the warm compile."""
     inner = _fake_runner([])
 
     def run_one(spec):

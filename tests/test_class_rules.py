@@ -248,7 +248,7 @@ def test_a_comparison_with_another_constant_keeps_libms_pow():
 
 
 def test_default_has_no_class_pow_and_decides_as_stock_strict():
-    """Under `rewritten` (the default before issue 21) no pow is a `PowAsWritten` (LLVM folds ``pow(x, -1.0)`` to ``1 / x`` in
+    """Under `rewritten` (decisions from the rewritten graph) no pow is a `PowAsWritten` (LLVM folds ``pow(x, -1.0)`` to ``1 / x`` in
     stock strict too): nothing is computed by class, and the decisions are stock strict's."""
     inputs, outs = _graph()
     fn = compile_fn(inputs, outs, "policy_rewritten", cache_key="class_pow")

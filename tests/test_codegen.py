@@ -1,7 +1,7 @@
 """The generated elemwise kernels against stock numba with fastmath off.
 
-Policy ``strict`` must be bit-for-bit the stock strict backend; policy ``rewritten`` (the
-default before issue 21) must agree to 1e-12 relative (and exactly on integers, booleans and decisions).
+Policy ``strict`` must be bit-for-bit the stock strict backend; policy ``rewritten`` (decisions
+from the rewritten graph) must agree to 1e-12 relative (and exactly on integers, booleans and decisions).
 """
 
 import numpy as np

@@ -255,7 +255,7 @@ def test_a_wrong_row_fails_the_reference(monkeypatch):
 
 
 def test_default_is_untouched():
-    """Under `rewritten` (the default before issue 21) there are no copies: the decision reads the log it shares with the rest."""
+    """Under `rewritten` (decisions from the rewritten graph) there are no copies: the decision reads the log it shares with the rest."""
     inputs, outs = _graph("float64")
     fn = compile_fn(inputs, outs, "policy_rewritten", cache_key="moves_float64")
     ref = compile_fn(inputs, outs, "stock_strict", cache_key="moves_float64")

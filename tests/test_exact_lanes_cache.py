@@ -1,5 +1,5 @@
-"""The exact-lanes self-check's verdicts on disk (lowering/vecmath/check_cache.py, issue 20:
-a warm process paid the check, 0.3 to 0.8 s, every time).
+"""The exact-lanes self-check's verdicts on disk (lowering/vecmath/check_cache.py: without
+them every warm process pays the check again).
 
 A second process reads the verdict and does not run the check; a verdict stored under any
 other key (generator, libm data or file, C library, CPU, features, toolchain) is not used;

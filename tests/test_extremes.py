@@ -1,6 +1,6 @@
 """Extreme inputs through the stable formulas PyMC relies on, and their gradients:
 the non-finite pattern must be the C backend's, finite values within 1e-12 relative,
-under ``rewritten`` (the default before issue 21) and with decisions as written (``default``,
+under ``rewritten`` (decisions from the rewritten graph) and with decisions as written (``default``,
 alias ``as_written``)."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 """A generator failure while numba compiles a kernel (the function's first call) becomes a
 fallback of that node to the stock kernel, with the reason recorded: the user gets stock's
-result, not the exception (issue 12)."""
+result, not the exception."""
 
 import logging
 
@@ -74,7 +74,8 @@ def test_a_scalar_kernel_falls_back_too(broken_exp):
 def _glmm_graph():
     """A GLMM's residual: a gather, native scalars (one float32) and a boolean indicator
     vector in one indexed FusedElemwise, whose loop is PyTensor's around the generator's
-    scalar core (issue 20: ``Can only insert i1 ... got i8`` at the first call)."""
+    scalar core: it compiles and runs, with no ``Can only insert i1 ... got i8`` at the first
+    call."""
     a, y = pt.vectors("a", "y")
     b, s = pt.scalars("b", "s")
     f32 = pt.scalar("f", dtype="float32")

@@ -1,5 +1,5 @@
 """The differential fuzzer: random scalar graphs (tests/fuzzgraphs.py) under policy
-``strict``, policy ``rewritten`` (the default before issue 21), stock numba with fastmath off and the py linker, each
+``strict``, policy ``rewritten`` (decisions from the rewritten graph), stock numba with fastmath off and the py linker, each
 batch of graphs compiled into one function per backend.
 
 Properties, per output (tests/references.py, docs/divergences.md):
@@ -385,7 +385,7 @@ def tie_batch(decisions, trees=TIE_TREES, seed=7):
 
 def test_the_as_written_checker_fails_the_rewritten_policy():
     """The checker can fail: on tie graphs (the generator's ``ties`` knob) policy
-    ``rewritten`` (the default before issue 21), which decides on the rewritten graph, flips
+    ``rewritten``, which decides on the rewritten graph, flips
     decisions (bool outputs and gradient zero patterns) of the graph as written; ``default``
     (alias ``as_written``) flips none. One reference compile for both."""
     batch = tie_batch(("le", "minimum"), TIE_TREES[:3])

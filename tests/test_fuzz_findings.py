@@ -81,7 +81,7 @@ def test_a_sum_over_many_rows_has_the_budget_of_a_reassociated_sum():
     14,000 rows: the default policy sums in blocks across threads, stock strict in
     sequence (1.3999999999999972e-296 vs 1.400000000000361e-296, 1,170 eps apart; the
     policy's is the closer one to 14000 * 1e-300). Two orders of an n-term sum of one sign
-    differ by up to 2(n-1) eps: the verdict's budget now says so, and only where an output
+    differ by up to 2(n-1) eps: the verdict's budget says so, and only where an output
     sums many elements."""
     import fuzzgraphs as fg
     from test_fuzz import ULPS, check_batch, reassociation_factor
@@ -104,7 +104,7 @@ def test_a_float32_value_in_a_float64_output_agrees_to_float32_ulps():
     dtypes) fed by a float32 arctan2. Stock computes the sum in float32 (departs from the
     graph's dtypes; the C backend too), the policy follows the dtypes like the py linker,
     and its float32 atan2 is libm's atan2f (stock's and C's) where numpy's differs by a
-    float32 ulp -- 3e-9 relative in the output, above float64's 1e-10: the verdict now
+    float32 ulp -- 3e-9 relative in the output, above float64's 1e-10: the verdict
     compares such outputs to float32's tolerance (as the default policy's budget counts
     float32 ulps there), and a third answer is still refused."""
     import fuzzgraphs as fg
@@ -170,8 +170,8 @@ def test_default_is_held_to_the_semantics_strict_follows_on_an_int_reciprocal():
     and the py linker (numpy 2.5's frompyfunc: a Python int is weak) both give
     14.009999999776483 (``np.float32(1.0) / i32`` in float32); the graph types the quotient
     float64 and the C backend, policy strict and policy default give 14.01
-    (docs/divergences.md). The fuzzer held default to stock there, because stock and py agree
-    within ``agree``'s rtol; it now holds default to the reference strict has the bits of."""
+    (docs/divergences.md). Stock and py agree there within ``agree``'s rtol, yet the fuzzer
+    holds default to the reference strict has the bits of, not to stock."""
     import fuzzgraphs as fg
     from test_fuzz import _compile, _run, check_batch
 
@@ -197,7 +197,7 @@ def test_signed_overflow_in_a_fused_body_wraps_as_the_graph_as_written():
     emits signed ``add`` with ``nsw``, and in one fused body LLVM took the quotient's sign
     from ``x > -7``, so at ``x = 2**63 - 1`` (where ``x + 7`` wraps) the floor division was
     adjusted the wrong way (...599 for ...600). The graph as written (one kernel per op) and
-    numpy wrap; the generator's bodies now do too (`lowering.stamp.WRAPPING_OPNAMES`), under
+    numpy wrap; the generator's bodies do too (`lowering.stamp.WRAPPING_OPNAMES`), under
     both presets, on the small and the split/chunked path."""
     from conftest import final_ir
 

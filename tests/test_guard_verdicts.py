@@ -1,6 +1,6 @@
-"""The overflow-guard probes' verdicts on disk (as_written/guard_verdicts.py, issue 20: a
-warm process probed every as-written cone with PyTensor's canonicalize and stabilize again,
-0.04-0.08 s of CPU a compile that stock never pays).
+"""The overflow-guard probes' verdicts on disk (as_written/guard_verdicts.py: without them a
+warm process probes every as-written cone with PyTensor's canonicalize and stabilize again,
+CPU time at every compile that stock never spends).
 
 A cone's key spells everything the probe's answer depends on: two cones built apart from
 the same ops are one key, a change of op, property, constant, dtype, shape or wiring is

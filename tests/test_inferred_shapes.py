@@ -1,7 +1,7 @@
-"""Lengths the graph's shape inference knows where the types do not (analysis/inferred_shapes.py,
-issue 20): a kernel whose type leaves a length unknown while PyTensor's shape inference
-knows it is small never starts the thread runtime (three catalogue core models no longer
-did: docs/benchmarks.md), and keeps the very loop it had (the chunk function, run on the
+"""Lengths the graph's shape inference knows where the types do not (analysis/inferred_shapes.py):
+a kernel whose type leaves a length unknown while PyTensor's shape inference knows it is
+small never starts the thread runtime (which would take over the model's small BLAS
+calls), and keeps the very loop it had (the chunk function, run on the
 calling thread), so its bits do not move.
 
 The kernels here read the output of `Twelve`, an op whose type says ``(None, None)`` and

@@ -1,6 +1,6 @@
 """Integer powers written as IR (`lowering.rules._int_power`): numba's ``int_power``, the
 function stock's ``x ** n`` compiles strictly, as the same loop of multiplications, bit
-for bit what the compiled ``_pow`` subroutine gives (the rule before stop 49), special
+for bit what the compiled ``_pow`` subroutine gives, special
 values, both ends of each exponent type and decisions at a tie included; exponents it does
 not take keep the compiled subroutine."""
 

@@ -1,4 +1,4 @@
-"""The package layout (issue 22): the import graph has no circles, no module imports a
+"""The package layout: the import graph has no circles, no module imports a
 ``_private`` name of a module in another subpackage, and no emitter fact is read back by
 getattr/hasattr (emitters are typed: ``ptnumba_codegen.lowering.base.Emitter``)."""
 
@@ -183,7 +183,7 @@ def test_every_plan_kind_has_a_funcify_row_and_no_if_chain():
         assert _compares_kind(tree, "plan") == [], name
 
 
-# Long functions were split into helpers with one job each (issue 22); these modules keep them short.
+# Long functions are split into helpers with one job each; these modules keep them short.
 MAX_FUNCTION_LINES = 60
 SHORT_FUNCTION_MODULES = ("lowering.kernel", "lowering.chunks", "lowering.loop", "runtime.threads")
 

@@ -1,5 +1,5 @@
-"""The libm data on disk (lowering/vecmath/libm_data_cache.py, issue 20: every process under
-the policy searched libm for the exp, log and pow tables, about 15 ms of a warm compile).
+"""The libm data on disk (lowering/vecmath/libm_data_cache.py: without it every process under
+the policy searches libm for the exp, log and pow tables, warm compiles included).
 
 A second process reads what the first found and does not search; a record stored under any
 other key (table, libm file, generator, numpy) is not used; a missing, corrupt or foreign

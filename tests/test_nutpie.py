@@ -1,7 +1,7 @@
 """nutpie under ``ptnumba_codegen.enable()``: ``nutpie.compile_pymc_model`` (which hardcodes
 ``mode="NUMBA"``) compiles policy kernels, samples, and the posterior agrees with stock.
 
-The policy is ``rewritten`` (the default before issue 21) with ``[parallel] min_elements = 1``, the data 40,000 rows (two
+The policy is ``rewritten`` (decisions from the rewritten graph) with ``[parallel] min_elements = 1``, the data 40,000 rows (two
 reduction blocks at least), and OpenBLAS is limited to one thread (as ``examples/nutpie_logistic_regression.py`` does; kernels of a function
 running ops on a multi-threaded BLAS pool never split): the small model's kernels split, so
 nutpie's chain threads (which call the compiled logp without the GIL) run split kernels

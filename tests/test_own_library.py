@@ -301,9 +301,8 @@ def test_mirrored_ir_entries_are_the_generated_entries_final_ir(case, monkeypatc
 
 
 def _overload_scalar_kernel(planned, python_impl, name="policy_scalar", fallback=None):
-    """`kernel.build_scalar_kernel` as it was before stop 48, the reference: numba's overload
-    of the kernel, compiled by numba's pipeline, whose body intrinsic reads a tuple of the
-    inputs."""
+    """The reference for `kernel.build_scalar_kernel`: numba's overload of the kernel,
+    compiled by numba's pipeline, whose body intrinsic reads a tuple of the inputs."""
     from numba.extending import intrinsic, overload
 
     from ptnumba_codegen.lowering.base import define, numba_type
@@ -336,7 +335,8 @@ def test_scalar_kernels_written_as_ir_give_the_overloads_final_ir(monkeypatch):
     (a core of the form of one in stochastic volatility's gradient: a sum under ``reassoc``
     with a boolean input and a switch). Reading the inputs through a tuple, as the
     overload's intrinsic did, is what kept that model's gradient byte-identical; this small
-    graph gives the same IR either way, the model-level check is in docs/benchmarks.md."""
+    graph gives the same IR either way (the model-level finding: CHANGELOG.md, "A compile-time
+    change that moves a value is not taken")."""
     from ptnumba_codegen.backend import dispatch
 
     a, b, x, y = pt.dvector("a"), pt.dvector("b"), pt.dvector("x"), pt.dvector("y")
@@ -367,9 +367,9 @@ _OVERLOAD_FORWARDER = "_overload_forwarder.<locals>._kernel_overload.<locals>.im
 
 
 def _overload_forwarder(fn, fallback, name, n_inputs, impl_in_ir=None):
-    """`kernel.compiled_or_stock` as it was before stop 49, the reference: numba's overload of
-    a forwarding function, compiled by numba's pipeline (a failure to compile ``fn`` inside
-    a probe gives the stock kernel); ``fn`` is always compiled by numba (``impl_in_ir``
+    """The reference for `kernel.compiled_or_stock`: numba's overload of a forwarding
+    function, compiled by numba's pipeline (a failure to compile ``fn`` inside a probe gives
+    the stock kernel); ``fn`` is always compiled by numba (``impl_in_ir``
     ignored)."""
     from numba.extending import overload
 

@@ -1,5 +1,5 @@
 """Reductions whose result depends on the order the elements are visited in: every
-policy must give stock strict's bits (issue 12).
+policy must give stock strict's bits.
 
 * A float max/min over ``-0.0`` and ``+0.0`` returns the zero stock sees first (``1/max``
   is ``-inf`` or ``+inf``); stock's order is the logical one in an elemwise loop, the

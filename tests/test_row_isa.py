@@ -3,7 +3,7 @@
 A loop whose innermost axis has a static length runs a row as whole vectors plus a
 remainder the loop vectorizer leaves scalar; each remaining element calls the scalar
 wrapper, a whole vector's work for one value. On AVX-512 a row of 12 doubles then costs
-5 calls' work at 8 lanes and 3 at AVX2's 4 (frailty_coxph's kernel: 2.4x the time).
+5 calls' work at 8 lanes and 3 at AVX2's 4 (as in frailty_coxph's kernel).
 """
 
 from __future__ import annotations

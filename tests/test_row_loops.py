@@ -2,8 +2,8 @@
 loop of whole vectors, its trip count a run-time value and not interleaved.
 
 Given the constant, LLVM unrolled a small body's row of 12 whole and vectorized the loop
-around it, reading every input at the row's stride with gathers (a structural-equation
-model's (263, 12) kernel at 2.5x stock's time); interleaved, a row of 12 at 4 lanes left 4
+around it, reading every input at the row's stride with gathers (slower than stock on a
+structural-equation model's (263, 12) kernel); interleaved, a row of 12 at 4 lanes left 4
 elements to the scalar remainder.
 """
 

@@ -1,5 +1,5 @@
-"""The split-loop runtime's object code on disk (runtime/runtime_cache.py, issue 20: every
-warm process compiled it again, about 0.1 s).
+"""The split-loop runtime's object code on disk (runtime/runtime_cache.py: without it every
+warm process compiles it again).
 
 A second process loads the library instead of building it, and its split loops and shared
 BLAS pool still run and give the unsplit bits; a file for another key, or a damaged one, is

@@ -1,9 +1,9 @@
-"""Kernel entries inlined into their caller (`lowering.entry`; issue 20, "Scan inner graphs
-at least as fast as stock's"): a kernel whose loops all run in chunk functions asks LLVM to
-inline its entry, so a vector-state Scan step calls no kernel entry (no call with its
-arrays reference-counted around it) while the chunk functions stay the separate, shared
-machine code they were. Nothing changes a bit: inlined and not inlined agree bit for bit,
-and the strict policy agrees with stock numba strict on special values and ties.
+"""Kernel entries inlined into their caller (`lowering.entry`): a kernel whose loops all run
+in chunk functions asks LLVM to inline its entry, so a vector-state Scan step calls no
+kernel entry (no call with its arrays reference-counted around it) while the chunk functions
+stay the separate, shared machine code they were. Nothing changes a bit: inlined and not
+inlined agree bit for bit, and the strict policy agrees with stock numba strict on special
+values and ties.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What a small logp+gradient call costs beside its math (issue 20, "small calls below
-stock"; docs/benchmarks.md, "Where a small call goes"): the policy's compiled function
+"""What a small logp+gradient call costs beside its math (CHANGELOG.md, "Where a small call
+goes"): the policy's compiled function
 has no more nodes and no more numba runtime allocations per call than stock's, and boxes
 its two results without unpickling (`runtime.boxing`)."""
 

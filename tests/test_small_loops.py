@@ -1,6 +1,6 @@
 """A loop below its kernel's chunk threshold runs on the calling thread without asking the
 chunk helper (``ptnumba_codegen_try_split``), which would decline without a side effect
-(issue 20: the small kernels of a Scan step, the HMM's, called the helper every step).
+(the small kernels of a Scan step, the HMM's, would call the helper every step).
 
 The final optimized IR must test the threshold before the call and branch to the chunk
 function called directly; at run time a loop below the threshold (or with a chunk axis

@@ -89,7 +89,7 @@ def test_enable_as_written_decides_the_maintainers_example_as_written(policy):
 
 def test_enable_without_a_policy_decides_as_written(monkeypatch):
     """``enable()`` with no argument and no $PTNUMBA_CODEGEN_POLICY: the default preset,
-    which decides as written; ``enable("rewritten")`` gives the old default's [0.]."""
+    which decides as written; ``enable("rewritten")`` gives the rewritten graph's [0.]."""
     monkeypatch.delenv(ptnumba_codegen.ENV_VAR, raising=False)
     policy = ptnumba_codegen.enable()
     assert policy.name == "default" and policy.as_written

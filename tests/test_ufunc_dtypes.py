@@ -3,7 +3,7 @@ float32/float64 ones in the same kernel.
 
 One kernel is one LLVM module: numba's log2 and exp2 loops declared their intrinsic under
 its bare name, so log2 on float32 (what bool, int8, uint8 and int16 inputs upcast to) and
-log2 on float64 in the same kernel crashed at the first call (issue 12).
+log2 on float64 in the same kernel crashed at the first call.
 """
 
 import numpy as np

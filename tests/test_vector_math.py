@@ -612,7 +612,7 @@ def _cox_values():
 def test_a_short_inner_axis_with_reductions_is_vectorized():
     """12 columns, three sums: LLVM's cost model calls vectorizing this loop "not
     beneficial" and leaves each element a whole vector call through the scalar wrapper
-    (2.2x stock's time on the Cox model's kernel); the loop's force hint
+    (slower than stock on the Cox model's kernel); the loop's force hint
     (`loop.FORCE_VECTORIZE_WHEN`) vectorizes it. Values as the sums' flags allow."""
     inputs, outs = _cox_graph()
     fn = compile_fn(inputs, outs, "policy_rewritten", cache_key="cox_rows", inspect_ir=True)

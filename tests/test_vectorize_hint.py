@@ -1,6 +1,6 @@
 """The innermost loop's force hint (`loop.FORCE_VECTORIZE_WHEN`) goes only where LLVM can
 honour it: an unmet ``llvm.loop.vectorize.enable`` is printed on the process's stderr
-("loop not vectorized: ...", issue 20), which a user must never see."""
+("loop not vectorized: ..."), which a user must never see."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 3: every kernel node type is generated under the policy, and sensitivity crosses
+"""Every kernel node type is generated under the policy, and sensitivity crosses
 node boundaries (a value compared in one node is strict where it is computed)."""
 
 import numpy as np

@@ -4,8 +4,8 @@ A PyMC model's arrays often have types of unknown length (``(None, None)``) whil
 graph fixes them: a covariance built from twelve constants is 12 x 12 whatever its type
 says. The kernels' types alone then say "could be large", and the pass starts the thread
 runtime for a loop that never reaches the threshold, which hands OpenBLAS's parallel jobs
-to the policy's pool (issue 20: a structural-equation model's 4 x 263 triangular solves
-split in two there, 5 us a call on a quiet machine). The `ShapeFeature` PyTensor's rewrites
+to the policy's pool (a structural-equation model's small triangular solves then split in
+two and pay for waking the threads at every call). The `ShapeFeature` PyTensor's rewrites
 keep on the function graph knows such lengths as constants; `iteration_bound` reads them.
 
 Pure pytensor (no numba); nothing is attached or computed that the rewrites did not

@@ -59,7 +59,7 @@ def is_float(var) -> bool:
 
 
 # id of a Program -> (the Program, its decision inputs): the freeze pass asks for the same
-# nodes' decision inputs many times (BEST: 1,560 asks of 26 programs per compile); the
+# nodes' decision inputs many times (a few programs, asked over and over per compile); the
 # Program is held so its id stays its own, as `program.from_scalar_op` holds it
 _DECIDES: OrderedDict = OrderedDict()
 _DECIDES_KEPT = 1024

@@ -3,9 +3,8 @@
 `guards.stabilized` asks, for every decision input of an as-written copy, whether
 PyTensor's canonicalize and stabilize rewrites would change its cone: it clones the cone
 and runs both rewrite databases over it. In a warm process that is Python the stock
-backend never pays (issue 20: 0.04-0.08 s of CPU per compile of the catalogue's GLM
-negative binomial and BEST), and on every model of the catalogue core measured the answer
-was "no change". That answer depends only on the cone (its ops with their properties, its
+backend never pays, and on every model of the catalogue core measured the answer was "no
+change". That answer depends only on the cone (its ops with their properties, its
 types and constants, how they connect) and on which rewrites the two databases hold
 (PyTensor's version, what PyMC or the user registered). `cone_text` spells all of that out;
 a verdict of "no change" is stored under it, and read back instead of probing again. A cone

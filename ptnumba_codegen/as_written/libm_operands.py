@@ -19,7 +19,7 @@ an operand computed from constants only (`mark_pows`): in `InlineAsWritten` befo
 copy is put back, and in an opaque copy's own compilation (`lowering`) before fusion.
 A pow that a robust rule lets go keeps its flags (and LLVM's rewrites: the rule covers
 every implementation); a pow with no constant operand keeps its op (LLVM sees nothing
-to fold) and merges with the rest's as before.
+to fold) and merges with the rest's.
 """
 
 from __future__ import annotations

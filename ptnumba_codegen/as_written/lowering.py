@@ -87,19 +87,19 @@ INNER_REWRITES = {
     "checks and texts, the same views, the same BLAS calls (the same bits)",
     "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
     "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
-    "settled, growing a structural-equation model's copy past 10 GB): the reference runs such an "
-    "op's inner graph op by op as a function of its own (after the reference's own rewrites, "
+    "settled, growing a structural-equation model's copy without bound): the reference runs "
+    "such an op's inner graph op by op as a function of its own (after the reference's own rewrites, "
     "which the copy gets too); inlined, the same ops compute the same values, and the "
     "elementwise ones reach the generator (strict, exact lanes) instead of scalar libm loops",
 }
 MERGE_POSITION = 0
 
 # How an envelope guard's slow path (the inner graph, run when a call leaves the box) is
-# part of the compiled function: "on_demand" compiles it at the first call that needs it
-# and calls it through `python_callbacks` (a model's cold compile then leaves it out: the
-# catalogue's malaria HSGP compiled in half the CPU time, docs/benchmarks.md); "linked"
-# compiles it with the function, linked into it. `settings.SLOW_PATH` selects, read at
-# each guard's funcify.
+# part of the compiled function: "on_demand" compiles it at the first call that needs it and
+# calls it through `python_callbacks` (a model's cold compile then leaves it out, and most
+# calls never leave the box; CHANGELOG.md, "An envelope guard's slow path compiled on
+# demand"); "linked" compiles it with the function, linked into it. `settings.SLOW_PATH`
+# selects, read at each guard's funcify.
 
 # guard node (op if funcified without one) -> the symbol its compiled function calls its slow path through (on_demand)
 SLOW_PATH_SYMBOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

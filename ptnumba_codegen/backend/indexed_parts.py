@@ -4,7 +4,7 @@ PyTensor fuses gathers (``a[g]``) and scatter-adds (the gradient of ``a[g]``) in
 FusedElemwise with indexed inputs/outputs. Its loop is the stock one (indexed addresses:
 `plans.plan_indexed_fused`) and never vectorizes, so a body calling vector formulas
 (sigmoid, softplus, lgamma...) runs them one lane at a time, no faster than stock
-(figures: docs/benchmarks.md, "Figures behind design choices").
+(CHANGELOG.md, "Figures behind design choices").
 
 Such a node keeps its place in the graph (PyTensor's own tests and rewrites see the
 FusedElemwise they made); only its *lowering* is its inner graph -- the gather

@@ -7,19 +7,19 @@ jitable_func(*args)``, compiled from generated source with ``cache=True``, so th
 stores each node on disk under PyTensor's key. Each wrapper is one more numba compile per
 node: numba's whole pipeline for one call, the node's IR linked in and optimized again,
 and its machine code emitted for the disk cache, though the function graph calling it
-links and compiles that IR once more (what that costs: docs/benchmarks.md, "Node functions
+links and compiles that IR once more (what that costs: CHANGELOG.md, "Node functions
 without PyTensor's cache wrappers").
 
 For a function graph the policy's passes rewrote (`mark_policy_graph`), `configure()`
 makes the node functions the graph calls the ones PyTensor's dispatch returns, with the
 same keys, and drops the graph's own wrapper too: PyTensor's linker compiles the graph's
 function itself as the function Python calls, cached by numba under the graph's key
-(`graph_function`); the wrapper cost one more compile of the whole graph (its IR linked in
-and optimized again, stop 45 in docs/benchmarks.md). What changes and what does not:
+(`graph_function`); the wrapper costs one more compile of the whole graph (its IR linked in
+and optimized again). What changes and what does not:
 
 - the graph's key is unchanged, and numba caches the whole compiled function graph under
   it (with `GRAPH_KEY_SUFFIX`): a warm process compiling the same function loads it;
-- nodes are no longer stored one by one, so a *different* graph sharing nodes with one
+- nodes are not stored one by one, so a *different* graph sharing nodes with one
   compiled earlier compiles them again, in a later process (where PyTensor would load each
   node's wrapper from disk). In the same process, a stock node function PyTensor's
   dispatch returns for a key seen before is the same object (`SHARED`), compiled once

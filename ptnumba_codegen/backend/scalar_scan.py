@@ -5,7 +5,7 @@ once per step with 0-d arrays: every step writes each tap into a 0-d array, pass
 (by reference, NRT-counted), allocates a 0-d array per output of every inner kernel and
 per inner output, and copies the outputs back. For a recursion of a few flops per step
 (an Euler ODE step, a GARCH variance update, their gradients) that bookkeeping is the
-whole cost (about 1 us a step; the math is a few ns).
+whole cost (a step's math is a few flops, its bookkeeping far more).
 
 When every inner input, output and node of a Scan is 0-d and every node is a kernel the
 generator plans (an Elemwise/Composite/ScalarOp body, no reduction) or an identity

@@ -5,8 +5,8 @@ An indexed FusedElemwise whose body calls no vector formula keeps PyTensor's loo
 generator's scalar core). Stock compiles it as the overload of a function it generates,
 ``fused_elemwise_impl``: numba's whole pipeline in every cold process, with the helpers it
 calls (``as_strided`` squeezing a reduced output, ``scalar_core`` putting native scalar
-inputs first), 0.13-0.24 s per kernel (docs/benchmarks.md, "The stock loop of an indexed
-kernel and squeezed views as IR").
+inputs first), for every kernel (CHANGELOG.md, "The stock loop of an indexed kernel and
+squeezed views as IR").
 
 Here that function is written as numba lowers it, in a code library of its own
 (`own_library.build_own_function`), called where the forwarder of `kernel.compiled_or_stock`

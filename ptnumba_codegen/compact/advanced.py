@@ -11,7 +11,7 @@ shape (``np.broadcast_to(y, update_shape)``, whose result it discards) and a loo
 index accumulates. Each is one more run of numba's pipeline per pattern and types in every
 cold process, with ``np.broadcast_shapes``', ``np.broadcast_to``'s and ``np.empty``'s
 overloads behind it (the hierarchical and Gaussian-process models of the catalogue;
-figures: docs/benchmarks.md).
+CHANGELOG.md, "Cold compile: stock node functions compiled as intrinsics").
 
 The compact ops (`ADVANCED_SUBTENSOR`, `ADVANCED_INC_SUBTENSOR`: subclasses, so shape
 inference, gradients and printing are PyTensor's) take the nodes whose indices are

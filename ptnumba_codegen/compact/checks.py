@@ -20,9 +20,9 @@ function is its per-node fallback). `CompactSplit` is ``Split`` the same way: th
 with the same messages (`SplitSizesError`, a ``ValueError``, for the sum), and the same views,
 sliced in generated source rather than through ``np.cumsum`` and ``np.split`` (two more numba
 overloads a cold process compiles). `SPECIFY_SHAPE` and `SPLIT` are their records
-(`compact.table`), `passes.swap_compact` puts them in the graph (figures: docs/benchmarks.md,
-"Shape checks compiled without string formatting", "Split compiled without string
-formatting").
+(`compact.table`), `passes.swap_compact` puts them in the graph (CHANGELOG.md, "Shape
+checks compiled without string formatting", "Split, scipy.special and Dot compiled without
+stock's heaviest machinery").
 """
 
 from __future__ import annotations

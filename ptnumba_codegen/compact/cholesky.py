@@ -4,7 +4,7 @@ PyTensor's numba ``Cholesky`` is ``_cholesky``'s overload: a work copy of ``A`` 
 layout LAPACK needs, ``potrf`` through a pointer looked up at run time from an object-mode
 block, NaNs where it fails, and the other triangle zeroed. numba compiles it per argument
 type with the work-array helpers, ``np.full_like`` and the ``potrf`` wrapper and its pointer
-lookup behind it, per signature, in the catalogue's GP models (figures: docs/benchmarks.md,
+lookup behind it, per signature, in the catalogue's GP models (CHANGELOG.md,
 "Linear algebra as intrinsics").
 
 The compact ``Cholesky`` (`CHOLESKY`: a subclass, shape inference, gradient, printing are the

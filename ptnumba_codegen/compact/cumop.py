@@ -3,7 +3,7 @@ into its caller.
 
 PyTensor's numba ``CumOp`` of a vector is ``np.cumsum(x)`` (``np.cumprod(x)``): a numba
 function of its own per mode and type, with the overload compiled behind it (what that costs
-a cold compile: docs/benchmarks.md, "A vector's running sum or product as an intrinsic").
+a cold compile: CHANGELOG.md, "A vector's running sum or product as an intrinsic").
 numba's ``np.cumsum`` of a vector allocates a new C vector of ``x``'s size (``np.empty``),
 starts an accumulator at zero and, element by element in ``x``'s order, adds the element
 with ``operator.iadd``'s implementation and stores the accumulator (``np.cumprod``: one, and

@@ -3,10 +3,11 @@
 PyTensor's numba ``ExtractDiag`` of a matrix is ``np.diag(x, k=offset)``, then ``.copy()``
 unless the op may return a view: a numba function of its own per offset, view flag and
 types, with ``np.diag``'s overload compiled behind it (the catalogue's models with a
-covariance's or Cholesky factor's diagonal; figures: docs/benchmarks.md). numba's ``np.diag`` of a matrix allocates a new C vector of length
-``max(min(rows + min(k, 0), cols - max(k, 0)), 0)`` (``np.empty``) and copies
-``x[i, i + k]`` (``x[i - k, i]`` for a negative ``k``) into it; stock's ``.copy()`` of that
-fresh vector is another fresh C vector of the same elements.
+covariance's or Cholesky factor's diagonal; CHANGELOG.md, "Cold compile: stock node
+functions compiled as intrinsics"). numba's ``np.diag`` of a matrix allocates a new C
+vector of length ``max(min(rows + min(k, 0), cols - max(k, 0)), 0)`` (``np.empty``) and
+copies ``x[i, i + k]`` (``x[i - k, i]`` for a negative ``k``) into it; stock's ``.copy()`` of
+that fresh vector is another fresh C vector of the same elements.
 
 The compact ``ExtractDiag`` (`EXTRACT_DIAG`: a subclass, shape inference, gradient, printing
 are ExtractDiag's) takes

@@ -4,7 +4,7 @@ PyTensor's numba ``Dot`` calls ``_gemm(x, y, out)``, whose overload handles ever
 reversed axes, operands BLAS cannot read in place (copied), matrix-vector products through
 gemv with signed increments, outputs without a unit stride. Typing and compiling it, once
 per pair of input layouts in a cold process, is the largest single stock node of the
-catalogue's models with a design matrix (figures: docs/benchmarks.md, "Split, scipy.special
+catalogue's models with a design matrix (CHANGELOG.md, "Split, scipy.special
 and Dot compiled without stock's heaviest machinery").
 
 The compact ``Dot`` is the same op (a subclass: shape inference, gradient, printing are Dot's)

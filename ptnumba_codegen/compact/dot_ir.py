@@ -3,9 +3,10 @@
 The compact ``Dot``'s product (`compact.dot._product_source`) is a numba function shared by
 every node of a dtype, but still one run of numba's pipeline per process with its helpers
 (``blas_operand``, ``leading_dim``, ``fill_zero``) and ``np.empty``'s overload behind it, in
-the catalogue's models with a design matrix (frailty, occupancy, the HSGP models; figures:
-docs/benchmarks.md). `dot_intrinsic` writes the same
-function into its caller, branch for branch, with numba's allocation and the same calls:
+the catalogue's models with a design matrix (frailty, occupancy, the HSGP models;
+CHANGELOG.md, "Cold compile: stock node functions compiled as intrinsics").
+`dot_intrinsic` writes the same function into its caller, branch for branch, with numba's
+allocation and the same calls:
 
 - ``out = np.empty((M, N))`` (C), stock's ``ValueError`` where the contracted lengths differ;
 - nothing more for an empty output; zeros for an empty contraction;

@@ -9,7 +9,7 @@ of numba's pipeline and one more LLVM module per pattern and argument types in e
 process, and numba compiles ``np.copy``'s and ``np.broadcast_to``'s implementations for it
 (``_default_broadcast_to_impl``, the ``_can_broadcast`` check, ``np.asarray``): a large part
 of a cold compile of the catalogue's models with increments (a time series' gradient:
-``x[1:] += g``; figures: docs/benchmarks.md).
+``x[1:] += g``; CHANGELOG.md, "Cold compile: stock node functions compiled as intrinsics").
 
 The compact ``IncSubtensor`` (`INC_SUBTENSOR`) is the same op (a subclass: shape inference,
 gradient, printing are IncSubtensor's). Its node function is an intrinsic (`increment_intrinsic`) that writes stock's

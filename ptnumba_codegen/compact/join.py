@@ -6,7 +6,7 @@ the first input's, ``out = np.empty(shape, dtype)``, then one loop nest per inpu
 its elements to ``out[..., j + off, ...]`` (dimensions the output's type fixes at length 1
 are not looped: index 0). numba compiles it, and ``np.empty``'s overload behind it, in
 every cold process (the core catalogue models with a join: a gradient's or a Scan's
-concatenation; figures: docs/benchmarks.md).
+concatenation; CHANGELOG.md, "Cold compile: stock node functions compiled as intrinsics").
 
 The compact ``Join`` (`JOIN`) is the same op (a subclass: shape inference, gradient, printing are Join's).
 Its node function is an intrinsic (`compact.node_intrinsics`) that writes the same steps
@@ -31,7 +31,7 @@ MISMATCH_MESSAGE = "all the input array dimensions except for the concatenation 
 
 def why_not_compact(node) -> str | None:
     """Why ``node`` (a ``Join``) keeps the stock op, or None: an integer ``axis`` of the op
-    (PyTensor's Join since 2.x; the tensors are its only inputs)."""
+    (PyTensor's Join; the tensors are its only inputs)."""
     axis = getattr(node.op, "axis", None)
     if not isinstance(axis, int) or not node.inputs:
         return f"its axis is not a property of the op ({axis!r})"

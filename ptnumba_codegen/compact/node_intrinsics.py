@@ -3,7 +3,7 @@
 A node function numba compiles is one more run of numba's whole pipeline in every cold
 process (bytecode analysis, type inference, lowering, its own LLVM module optimized, then
 linked into the graph's and optimized again), even for a node that only moves a few
-elements (figures: docs/benchmarks.md, "Small nodes as intrinsics"). An intrinsic has no pipeline of
+elements (CHANGELOG.md, "Small nodes as intrinsics"). An intrinsic has no pipeline of
 its own: numba types the call with the typer below and the codegen writes the node's IR into
 the caller's function, where LLVM optimizes it once, with the caller.
 

@@ -4,7 +4,7 @@ PyTensor's numba ``Reshape`` (to ``ndim >= 1`` dimensions) is
 ``np.reshape(np.ascontiguousarray(np.asarray(x)), to_fixed_tuple(shape, ndim))``: a numba
 function of its own per ``ndim`` and types, with ``np.reshape``'s and
 ``np.ascontiguousarray``'s overloads compiled behind it (the catalogue's models that
-reshape; figures: docs/benchmarks.md).
+reshape; CHANGELOG.md, "Cold compile: stock node functions compiled as intrinsics").
 
 The compact ``Reshape`` (`RESHAPE`: a subclass, shape inference, gradient, printing are
 Reshape's) takes every

@@ -6,7 +6,7 @@ scan of the diagonal for a zero, a work copy of ``B`` in the layout BLAS needs, 
 it per pair of argument types with a dozen overloads behind it (``np.zeros_like``,
 ``np.full_like``, ``np.asfortranarray``, the work-array helpers, the ``trsm`` wrapper and
 its pointer lookup, twice), for each signature, in the GP, LKJ, VAR and SEM models of the
-catalogue (figures: docs/benchmarks.md, "Linear algebra as intrinsics").
+catalogue (CHANGELOG.md, "Linear algebra as intrinsics").
 
 The compact ``SolveTriangular`` (`SOLVE_TRIANGULAR`: a subclass, shape inference, gradient,
 printing are the op's) takes the nodes whose operands need no cast (`why_not_compact`), where

@@ -66,7 +66,7 @@ class PlannedBody:
 def _lanes_where_they_pay(emitters: list) -> list:
     """Lane calls (`lane_calls`) only in bodies that also call vector functions: they let
     such a loop vectorize; in a body of scalar libm calls alone the stock call is as fast
-    or faster (figures: docs/benchmarks.md). Same bits either way.
+    or faster (CHANGELOG.md, "Lane calls"). Same bits either way.
     A lane call that runs as exact vector code (`exact_lanes`, ``pays_alone``) pays alone,
     unless a stock call keeps the loop scalar anyway (`_vectors_where_they_pay`)."""
     if any(e.label and e.without_lanes is None for e in emitters):
@@ -84,13 +84,13 @@ def _vectors_where_they_pay(emitters: list, once: bool = False) -> list:
     """Vector calls only in bodies whose loop can vectorize: a stock call inside (a
     function numba compiled on its own, opaque to the loop vectorizer: erfcx) keeps the
     loop scalar, and a vector function then does a whole vector's work for each element
-    (slower than stock's scalar calls; docs/benchmarks.md). Such a body
-    gets every transcendental's scalar form (libm, within every budget).
+    (slower than stock's scalar calls). Such a body gets every transcendental's scalar
+    form (libm, within every budget).
 
     A body run ``once`` (a scalar node's, a loop of one element) has no loop to
     vectorize: a vector call would do a whole vector's work for its one value and give
-    libmvec's error where libm's is at hand (libmvec's exp is 1 ulp off glibc's on about
-    40% of arguments; a model's ODE solver amplified that to 1.4e-9: docs/benchmarks.md).
+    libmvec's error where libm's is at hand (libmvec's exp is 1 ulp off glibc's on many
+    arguments, and a model's ODE solver amplified that past the agreement bar against C).
     It gets the scalar form of every call, and no lane calls (the same bits as the
     scalar call)."""
     if once:

@@ -54,9 +54,9 @@ from ptnumba_codegen.lowering.stamp import stamp
 from ptnumba_codegen.runtime.pools import yield_reason
 
 CHUNK_ALIGN = 64  # elements: 1-d chunk boundaries fall on whole cache lines
-# Splitting costs about 3 us (waking the threads); a transcendental call costs several
-# plain operations, so loops with them split from fewer elements (measured on 2 cores:
-# max(x,y)*z breaks even near 32k elements, exp(x)*y+z near 6k, tanh(x)+erf(y) near 2k).
+# Splitting has a fixed cost (waking the threads); a transcendental call costs several
+# plain operations, so loops with them split from fewer elements (where splitting breaks
+# even was measured on 2 cores for plain and for transcendental bodies).
 TRANSCENDENTAL_WEIGHT = 4
 # Full reductions are cut into blocks of about this many elements (at most MAX_BLOCKS
 # blocks): the partial sums' order depends on the shape only, never on the threads.
@@ -89,7 +89,8 @@ def may_chunk(node, parallel, size_bound: int | None = None) -> bool:
     iteration space, the broadcast of every array it reads or writes, has a static size
     (an axis is static when some array's length on it is, other than 1)
     below the lowest threshold `chunking_for` could give its body (every instruction of a
-    transcendental op outside every comparison cone). Small models then never start the runtime (about 0.2 s of compile).
+    transcendental op outside every comparison cone). Small models then never start the
+    runtime (nor pay its compile).
     ``size_bound``: the iteration space's elements by the graph's shape inference, which
     stands in for the types where they leave a length unknown (`analysis.inferred_shapes`)."""
     if not parallel.enabled:

@@ -4,11 +4,11 @@ the generated Python entry numba compiles) is inlined into the function calling 
 A kernel called where LLVM does not inline its entry costs a call with its array arguments
 and results reference-counted around it (NRT_incref/NRT_decref, atomic): once per call of
 the PyTensor function for a kernel of the outer graph, once per step for a kernel of a
-Scan's inner graph (the HMM forward step calls about a dozen; issue 20, "Scan inner graphs
-at least as fast as stock's"). Stock's Elemwise entry is small and LLVM inlines it; the
-generator's is not (the call to the thread helper, the timing and the error paths are part
-of it), so an entry whose loops all run in chunk functions asks for ``alwaysinline``: inlined,
-the reference counts around the call pair up and numba's reference-count pruning drops them.
+Scan's inner graph (the HMM forward step calls about a dozen). Stock's Elemwise entry is
+small and LLVM inlines it; the generator's is not (the call to the thread helper, the timing
+and the error paths are part of it), so an entry whose loops all run in chunk functions asks
+for ``alwaysinline``: inlined, the reference counts around the call pair up and numba's
+reference-count pruning drops them.
 
 Inlining the entry never changes a bit: the loop nest of a chunked loop is the chunk
 function's (``noinline``, not specialized on its call sites, `chunks.emit_chunked`), the same

@@ -3,8 +3,9 @@
 The instructions numba lowers each formula to (its ``-x``, ``<``, ``+``, ``/`` and
 ``np.exp``/``np.log1p`` of a float64, under numpy's error model, as `rules.call_python`
 compiles them), with the node's flags, in a function of the kernel's own module, called as
-numba calls the compiled subroutine: no numba compile of each formula per process (a small
-model's cold compile: docs/benchmarks.md).
+numba calls the compiled subroutine: no numba compile of each formula per process (a
+visible part of a small model's cold compile; CHANGELOG.md, "Cold compile: stock node
+functions compiled as intrinsics").
 
 A function called, not instructions inline: numba's per-function passes then meet the loop
 around an opaque call, as they meet it around the linked subroutine's, and LLVM inlines it

@@ -177,7 +177,7 @@ GENERATED_ENTRY_WHEN: dict[str, str] = {
         "inline the entry into its caller and optimize the nest again there, so the sum's last "
         "bits depend on the code around the nest, and a plain IR entry's is not the generated "
         "entry's (it has no reference counts around the loop and gets inlined where the "
-        "generated one was not: bayesian_var_ireland's logp moved by one ulp, docs/benchmarks.md, stop 47)"
+        "generated one was not: bayesian_var_ireland's logp moved by one ulp)"
     ),
 }
 IR_ENTRY = "written as IR in a code library of its own (own_library), with no numba pipeline"
@@ -270,12 +270,12 @@ def call_stock(fallback, reason: str):
 
 
 # The forwarder's IR is the one numba lowers for ``def impl(*inputs): return fn(*inputs)``
-# (the overload of a forwarding function, which `compiled_or_stock` was before stop 49):
+# (numba's overload of a forwarding function, the form numba compiles `compiled_or_stock` to):
 # references to the array inputs taken before the call and given back after it, then the
 # result's reference taken and given back once (its assignment and its return). LLVM then
-# sees the same function, inlines it or not and optimizes the callee's code as before: the
-# final IR is the overload's (tests/test_own_library.py compares them; a plain call moved
-# bayesian_var_ireland's logp by one ulp in stop 47, docs/benchmarks.md).
+# sees the same function, inlines it or not and optimizes the callee's code as it does the
+# overload's: the final IR is the overload's (tests/test_own_library.py compares them; a
+# plain call moved bayesian_var_ireland's logp by one ulp).
 FORWARDER_RESULT_PAIRS = 1
 
 
@@ -433,7 +433,7 @@ def build_kernel(
     # N-d loops over same-shape arrays with vector calls also get a 1-d loop over every
     # element, run when the arrays are C-contiguous: LLVM vectorizes the innermost loop
     # only, and a short innermost axis (5 classes) would leave every element to the
-    # scalar remainder, where each vector call does one lane's work (same bits, ~8x cost).
+    # scalar remainder, where each vector call does one lane's work (same bits, a vector's cost).
     flat = flat_spec(spec) if planned.uses_vector_math else None
     loop_flat = None if flat is None else _loop_for(flat, planned, name, parallel, yields_to)
     finish = finish or tuple(Finish("as_is") for _ in spec.output_dtypes)
@@ -441,8 +441,8 @@ def build_kernel(
     n_in = len(spec.input_bc)
     params = ", ".join(f"a{k}" for k in range(n_in))
     kernel = define(f"def {name}({params}):\n    return python_impl({params})\n", python_impl=python_impl)
-    # A strided input keeps LLVM from vectorizing the loop; with libmvec calls inside that
-    # costs ~8x, while a contiguous copy costs one pass over memory.
+    # A strided input keeps LLVM from vectorizing the loop; with libmvec calls inside, every
+    # element then pays a whole vector call, while a contiguous copy costs one pass over memory.
     entry = EntryInlining.of(tuple(lp.nest_in for lp in (loop, loop_flat) if lp is not None))
     # the generated Python entry (`KernelImpl.make`), for the types the IR entry does not cover
     python_entry = define(f"def {name}(*inputs):\n    return python_impl(*inputs)\n", python_impl=python_impl)

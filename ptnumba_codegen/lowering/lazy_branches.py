@@ -1,13 +1,13 @@
 """Calls computed only on the elements whose result a Switch keeps.
 
 A Switch evaluates both branches for every element: PyMC's censored normal computes
-``erfcx`` (a stock call, ~40 ns) for the lower-tail formula of every row, though only the
-censored rows with ``z < -1`` keep it. In a loop that stays scalar anyway (no vector call
-in its body: a stock call or libm keeps LLVM from vectorizing it), a call whose result
-only matters under some Switch conditions is emitted inside ``if (conditions)``; elsewhere
-it yields a placeholder that every consumer's Switch drops. The values that are kept are
-computed by the same emitter, with the same flags, on the same arguments: no element
-changes.
+``erfcx`` (a stock call, costly beside the arithmetic) for the lower-tail formula of every
+row, though only the censored rows with ``z < -1`` keep it. In a loop that stays scalar
+anyway (no vector call in its body: a stock call or libm keeps LLVM from vectorizing it),
+a call whose result only matters under some Switch conditions is emitted inside
+``if (conditions)``; elsewhere it yields a placeholder that every consumer's Switch drops. The
+values that are kept are computed by the same emitter, with the same flags, on the same
+arguments: no element changes.
 
 `needed_when` is the analysis (pure Python over the program): for each instruction, the
 conditions under which its result can reach an output, as a small formula in disjunctive

@@ -116,7 +116,7 @@ def _item_pointer(context, builder, array, array_type, indices, static=None):
     replaces the shape a contiguous array's address is computed from: LLVM then knows
     every stride (a row of 2 mixture components is 16 bytes), unrolls the short axis and
     vectorizes the long one with interleaved loads, instead of versioning the loop on a
-    unit stride it never has and running every vector call one lane at a time (5x)."""
+    unit stride it never has and running every vector call one lane at a time."""
     shape = cgutils.unpack_tuple(builder, array.shape)
     if static is not None and array_type.layout in "CF":
         shape = [n if fixed is None else context.get_constant(types.intp, fixed) for n, fixed in zip(shape, static, strict=True)]
@@ -269,11 +269,11 @@ FORCE_VECTORIZE_WHEN: tuple[tuple[str, Callable[[HintFacts], bool]], ...] = (
     # scalar wrapper of the vector function (so an element's bits do not depend on its
     # position): left scalar, every element costs a whole vector call. The cost model
     # sees a short inner axis (12 columns of a Cox model's (3770, 12) log-likelihood) and
-    # says "not beneficial": 2.2x stock's time for that kernel (docs/benchmarks.md).
+    # says "not beneficial", and the kernel ran slower than stock's.
     ("the body calls vector functions", lambda f: f.vector_calls),
     # A row of a few elements, fixed by the types (a mixture's (n, 3), a zero-inflated
     # model's (n, 2)): LLVM unrolls it whole and vectorizes the loop around it; the hint
-    # on the short loop keeps that from happening ((n, 2): 2.5x slower with it).
+    # on the short loop keeps that from happening (an (n, 2) kernel ran slower with it).
     ("the innermost axis is not short by its type", lambda f: not _short_innermost(f.spec)),
     # A forced hint lets LLVM reorder every reduction of the loop, strict ones included
     # (LoopVectorizationLegality::canVectorizeFPMath allows reordering under it): only
@@ -286,17 +286,17 @@ FORCE_VECTORIZE_WHEN: tuple[tuple[str, Callable[[HintFacts], bool]], ...] = (
     # intermediate: the branch of `kernel.KernelImpl.contiguous_or_not` for one that is
     # not C-contiguous at run time) is addressed by a stride in bytes read from the array:
     # its load and store have no constant stride, LLVM does not vectorize the loop
-    # whatever the hint says, and the unmet hint was printed (issue 20; after loop
+    # whatever the hint says, and LLVM prints the unmet hint on stderr (after loop
     # strength reduction, numba's second optimization of the module also reports "value that
     # could not be identified as reduction is used outside the loop": the pointer stepped
     # by that stride is no induction it knows). 'F' arrays written in place (a solve's
-    # result) printed nothing; arrays only read are copied contiguous first when the body
+    # result) print nothing; arrays only read are copied contiguous first when the body
     # calls vector functions (`kernel.KernelImpl.read_inputs`).
     ("no array written in place is typed 'A'", lambda f: "A" not in f.written_layouts),
     # A call LLVM has no vector form of keeps the loop scalar ("call instruction cannot be
     # vectorized"): a libm function numba calls by name (lgamma in a strict cone, where
     # it has no lane form, beside lane calls of log: a gammainc gradient's body;
-    # `libmvec.CALLED_BY_NAME`), a stock function. The unmet hint was printed (issue 20).
+    # `libmvec.CALLED_BY_NAME`), a stock function. LLVM would print the unmet hint.
     ("the body calls nothing the vectorizer cannot widen", lambda f: not f.opaque_calls),
 )
 
@@ -427,9 +427,9 @@ def chunk_axis(spec: LoopSpec) -> int | None:
     reduction when it is ``blockable`` (blocks fixed by the shape, combined in order). The
     axis is the first one that is neither reduced nor statically of length 1 (a row vector
     ``(1, N)`` splits along N) nor shorter than `MIN_CHUNK_LENGTH` by its type: the chunk
-    function runs the chunk axis over ``[lo, hi)``, so LLVM no longer knows its trip count;
-    the 2 columns of a mixture's gradient then became a loop vectorized 8 wide that never
-    runs its vector body, under a scalar loop over the rows (3x slower), for at most 2 chunks.
+    function runs the chunk axis over ``[lo, hi)``, so LLVM does not know its trip count;
+    the 2 columns of a mixture's gradient would become a loop vectorized 8 wide that never
+    runs its vector body, under a scalar loop over the rows, for at most 2 chunks.
     """
     arrays = [bc for bc in spec.input_bc if bc is not None]
     if spec.ndim == 0 or not arrays:
@@ -628,9 +628,9 @@ def static_lengths(context, builder, spec: LoopSpec, iter_shape) -> list:
 
     A row loop's axis (`row_loop_length`) gets its length hidden (`_row_trip_count`): given
     the constant, LLVM unrolls a row of 8 to 16 elements with a small body whole and
-    vectorizes the loop around it, reading every input at the row's stride with gathers (a
-    structural-equation model's (263, 12) kernel 2.5x stock's time, a Cox model's
-    (3770, 12) check 1.3x); left a loop, its row is read as contiguous vectors, as stock's
+    vectorizes the loop around it, reading every input at the row's stride with gathers
+    (slower than stock on a structural-equation model's (263, 12) kernel and a Cox model's
+    (3770, 12) check); left a loop, its row is read as contiguous vectors, as stock's
     is. Addresses still use every static length (`_item_pointer`)."""
     static = spec.static_shape or (None,) * len(iter_shape)
     row = len(iter_shape) - 1 if row_loop_length(spec.static_shape) is not None else None
@@ -879,8 +879,8 @@ def row_loop_length(static_shape) -> int | None:
     such a row). Its trip count stays a run-time value (`static_lengths`) and it is not
     interleaved: the vectorizer would run two vectors per iteration, and a row of 12 at 4
     lanes would leave 4 elements to the scalar remainder, each a whole vector call through
-    the scalar wrapper when the body calls vector functions (frailty_coxph's kernel 2.2x
-    slower). `isa.row_isa` counts a row's calls on that basis."""
+    the scalar wrapper when the body calls vector functions (as in frailty_coxph's kernel).
+    `isa.row_isa` counts a row's calls on that basis."""
     length = static_shape[-1] if static_shape else None
     if length is None or not SHORT_ROW <= length < ROW_LOOP_LIMIT:
         return None

@@ -1,19 +1,19 @@
 """A function whose IR the generator writes itself, in a code library of its own, called from
 the IR of whoever calls it.
 
-A kernel's entry (read the inputs, run the loop, finish the outputs) used to be generated
-Python source that numba compiled as an overload: one run of numba's whole pipeline per
+A kernel's entry (read the inputs, run the loop, finish the outputs) as generated Python
+source that numba compiles as an overload costs one run of numba's whole pipeline per
 kernel in every cold process (bytecode analysis, type inference, lowering) for a function
-whose IR is a call of the loop and a few casts (docs/benchmarks.md, "Kernel entries
-without numba's pipeline"). Here the entry's IR is emitted directly, while the caller is
+whose IR is a call of the loop and a few casts (CHANGELOG.md, "Kernel entries without
+numba's pipeline"). Here the entry's IR is emitted directly, while the caller is
 typed, into a module of its own:
 
 - its library is optimized alone and linked into the caller's as numba links a compiled
-  function's (the caller's final module optimizes it again, as before);
+  function's (the caller's final module optimizes it again, as it does a numba function's);
 - numba's fast-math pass rewrites the caller's own module only (`CPUContext.post_lowering`),
   never this one: the entry is emitted with the kernel's context (fast-math off, numpy's
   error model, NRT on, `kernel.dry_run_context`), so the policy alone sets every flag;
-- emitting it is the check that used to be a dry run: an exception is raised to the typer,
+- emitting it is the compile check, no dry run apart: an exception is raised to the typer,
   which gives the node the stock kernel instead, decided while the caller is typed.
 """
 

@@ -189,7 +189,7 @@ def ufunc(np_ufunc, vector: str | None = None) -> Rule:
 @functools.lru_cache(maxsize=4096)
 def _resolve_operator(py_operator, left: types.Type, right: types.Type):
     """numba's signature of ``py_operator(left, right)`` (or None); resolved once per process
-    and types (about 0.4 ms each: a model plans the same few additions hundreds of times)."""
+    and types (resolving is slow, and a model plans the same few additions many times)."""
     return typing_context().resolve_function_type(py_operator, (left, right), {})
 
 
@@ -283,13 +283,13 @@ def _is_uint(t: Typed) -> bool:
 
 
 def _int_exponent(t: Typed) -> bool:
-    # stock compiles integer powers with fastmath=False (numba issue 9554)
+    # stock compiles integer powers with fastmath=False (numba#9554)
     return isinstance(t.inputs[1], types.Integer | types.Boolean)
 
 
 # Integer powers written as IR: numba's ``int_power`` (``numba.cpython.numbers``), the
-# function stock's ``x ** n`` compiles (strict: numba issue 9554), as a loop of the same
-# multiplications, without a numba compile of it per process (0.09 s of BEST's cold compile).
+# function stock's ``x ** n`` compiles (strict: numba#9554), as a loop of the same
+# multiplications, without a numba compile of it per process.
 # Only where its value is fixed by those multiplications alone: a float64 base (numba
 # computes in the result's type) and an exponent of at most 16 bits, so that ``|n|`` never
 # passes numba's 65536 cutoff (beyond it numba calls ``pow``) and its negation never

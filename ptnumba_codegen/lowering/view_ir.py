@@ -2,9 +2,9 @@
 
 A squeezed view of a partial reduction (a kernel's ``squeeze`` finish, the stock loop's
 reduced outputs) is ``as_strided(raw, shape=kept, strides=kept)``. numba compiles its
-overload (``as_strided_impl`` and two helpers) once per array type in every cold process,
-0.04-0.08 s each (docs/benchmarks.md, "The stock loop of an indexed kernel and squeezed views
-as IR"). What it compiles to is numba's ``reshape_unchecked``:
+overload (``as_strided_impl`` and two helpers) once per array type in every cold process
+(CHANGELOG.md, "The stock loop of an indexed kernel and squeezed views as IR"). What it
+compiles to is numba's ``reshape_unchecked``:
 an array of ``raw``'s meminfo, data and itemsize with the new shape and strides, no parent,
 its reference taken (``impl_ret_borrowed``).
 

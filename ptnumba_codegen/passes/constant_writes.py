@@ -4,8 +4,9 @@ PyTensor does not constant-fold ``Alloc`` (a large constant costs memory, and an
 feeding an in-place write should stay a fresh buffer), so a write into a zero matrix whose
 value and indices are all constants is redone at every call. A Categorical's gradient has
 one: ``AdvancedIncSubtensor(zeros(n, K), 1, arange(n), y)`` with ``y`` the observed data
-(the one-hot matrix), followed by its row sums -- in a multinomial-logit logp+dlogp at
-n = 1e5 a 4 MB memset, 1e5 scattered writes and a 4 MB reduction per call.
+(the one-hot matrix), followed by its row sums -- in a multinomial-logit logp+dlogp, at
+every call, a memset of an (n, K) array, n scattered writes and a reduction of the array,
+all of whose values are known at compile time.
 
 `fold_constant_writes` computes such writes with the ops' own ``perform``, then the
 consumers the folded value leaves with constant inputs only, when `FOLD_CONSUMER` has a

@@ -5,7 +5,7 @@ into the elementwise kernel that reads it (``fuse_indexed_into_elemwise``, posit
 when that kernel is its single client. A model's gather usually has several: the logp reads
 ``U[user]`` and the gradient reads it again, so it is computed once into a fresh array of
 ``len(idx)`` rows, written and read back by every client (probabilistic matrix
-factorization: two gathers of 100,000 x 10 per call, their arrays 8 MB each).
+factorization: two gathers of a row per observation at every call).
 
 `GatherCopies` (position 99.99, after PyTensor's in-place rewrites and before the fusion)
 gives every client but the first its own copy of the gather (same op, same
@@ -14,7 +14,7 @@ reads ``x[idx[i]]`` where it used the gathered array. A copy the fusion does not
 merged back by ``merge3`` (position 100, after the fusion in PyTensor's order), so a refused
 fusion costs nothing. The values read are the same elements, so every value and decision
 is as before; only a reduction in the fused kernel may sum in another order where its
-flags allow it (figures: docs/benchmarks.md, "A gather read by several kernels").
+flags allow it (CHANGELOG.md, "A gather read by several kernels").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A warm process (PyTensor's numba cache filled by an earlier one) loads every kernel from
 disk, but still rewrites the whole graph first: PyTensor's rewrites, then the policy's
-passes (issue 20; figures in docs/benchmarks.md, "A function's rewritten graph kept on
+passes, unless the result is on disk (CHANGELOG.md, "A function's rewritten graph kept on
 disk"). The result depends only on
 
 - the graph given to the rewrites: its ops with their properties, types, constants, how
@@ -360,7 +360,7 @@ class CachedRewriteSequence(SequentialGraphRewriter):
             # names the whole function by its nodes in `toposort` order, which follows how
             # the graph was built (the inplace orderings), so a rewritten graph and its
             # stored copy could compile to two keys (a warm process recompiling the whole
-            # function once: 10 s for the catalogue's SEM).
+            # function once).
             install(fgraph, pickle.loads(data), self)
         return result
 

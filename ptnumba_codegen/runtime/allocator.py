@@ -1,12 +1,12 @@
 """glibc malloc settings that keep a model's freed intermediates for its next call.
 
 A logp+dlogp call on 1e5 rows allocates and frees megabytes of intermediates (an ordered
-logistic model: ~18 MB of (n, 4) Join/Split/IncSubtensor arrays per call). Numba's runtime
+logistic model: (n, 4) Join/Split/IncSubtensor arrays at every call). Numba's runtime
 and numpy both allocate with malloc. glibc's dynamic thresholds serve such arrays from the
 heap after the first call, but trim the heap top once more than twice the largest freed
-chunk is free there -- so every call returned the 18 MB to the kernel and faulted it back
-in, and the page faults took about half the call; with the settings of `SETTINGS` they are
-gone (figures: docs/benchmarks.md, "Figures behind design choices").
+chunk is free there -- so every call returned those arrays to the kernel and faulted them
+back in, and the page faults took a large part of the call; with the settings of `SETTINGS`
+they are gone (CHANGELOG.md, "Figures behind design choices").
 
 `configure()` applies them once per process, when the first function is compiled with
 ``policy_codegen`` (never at import). It changes nothing when the process is not on glibc,

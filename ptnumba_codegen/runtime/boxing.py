@@ -3,14 +3,13 @@
 numba's CPython wrapper boxes every array a function returns with
 ``NRT_adapt_ndarray_to_python_acqref(array, pytype, ndim, writable, dtype)``; the dtype is
 read from the function's environment (a list of constants), but ``pytype`` (``np.ndarray``)
-is *unpickled* at every call: ``numba_unpickle`` builds two bytes objects and an int,
-calls the Python function ``numba.core.serialize._numba_unpickle``, which hashes a new
-tuple of them into its memo dict and returns the same class every time. A PyMC
-logp+gradient function returns two arrays, so every call pays that twice: about 5,400 of
-the 30,000 instructions of a call of the eight-schools model (figures:
-docs/benchmarks.md, "Where a small call goes"). `configure()` boxes arrays with ``pytype``
-read from the environment like the dtype: the same objects are returned (the same class,
-dtype, shape, strides, data and owner), without the unpickling.
+is *unpickled* at every call: ``numba_unpickle`` builds two bytes objects and an int, calls
+the Python function ``numba.core.serialize._numba_unpickle``, which hashes a new tuple of
+them into its memo dict and returns the same class every time. A PyMC logp+gradient function
+returns two arrays, so every call pays that twice, a large part of a small model's call
+(CHANGELOG.md, "Where a small call goes"). `configure()` boxes arrays with ``pytype`` read
+from the environment like the dtype: the same objects are returned (the same class, dtype,
+shape, strides, data and owner), without the unpickling.
 
 It applies to functions numba compiles after it ran (wrappers compiled earlier, or loaded
 from numba's cache, keep theirs). `configure()` runs once per process, when the first

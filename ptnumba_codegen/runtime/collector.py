@@ -5,7 +5,7 @@ have survived into it; each full collection visits every tracked object of the p
 and with PyMC, PyTensor and numba loaded that is a few hundred thousand. A numba compile
 allocates many objects that live until it ends (types, IR, lowered functions, LLVM
 wrappers), so a cold compile triggers several full collections that find little to free
-(what they cost: docs/benchmarks.md, "Garbage collection during numba's compiles").
+(what they cost: CHANGELOG.md, "Garbage collection during numba's compiles").
 
 `configure()` listens to numba's ``numba:compile`` events (raised inside numba's global
 compiler lock): while the outermost compile runs, and while a policy graph is rewritten
@@ -40,7 +40,8 @@ from ptnumba_codegen.settings import GC
 # while numba compiles, a full collection is considered only after this many times the
 # young-generation collections Python's threshold asks for, counted from the compile's
 # start: none inside a compile of a few seconds, and a long one (a minute) still sweeps
-# now and then, which bounds the garbage it keeps (both measured: docs/benchmarks.md)
+# now and then, which bounds the garbage it keeps (both measured: CHANGELOG.md, "Garbage
+# collection during numba's compiles")
 POSTPONED_FACTOR = 10
 
 

@@ -4,11 +4,12 @@ PyTensor's numba backend calls a ``scipy.special`` function (``psi``, ``polygamm
 ...) through its C address, which it looks up at the first call from a ``numba.objmode``
 block (``get_ptr_func``) and keeps in a global: that keeps the function cacheable, and costs
 an object-mode function to compile in every cold process (numba's object-mode pipeline;
-figures: docs/benchmarks.md). `bind` gives the same C function a symbol of its own
-instead (``llvm.add_symbol``, as the thread gate and `python_callbacks`): compiled code
-declares it by name and calls it directly, so it is cached on disk like any other call, and
-a process that loads such code binds the name again when it plans the node that calls it
-(planning runs at funcify time, before numba loads the cached function).
+CHANGELOG.md, "Split, scipy.special and Dot compiled without stock's heaviest machinery").
+`bind` gives the same C function a symbol of its own instead (``llvm.add_symbol``, as the
+thread gate and `python_callbacks`): compiled code declares it by name and calls it
+directly, so it is cached on disk like any other call, and a process that loads such code
+binds the name again when it plans the node that calls it (planning runs at funcify time,
+before numba loads the cached function).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ outermost function's machine code ever runs. A library without a Python entry po
 (compiled with ``no_cpython_wrapper``, as PyTensor compiles every node function and the
 graph's inner function, the generator its kernel entries and numba its overloads) is
 called by nobody but the callers that link it, yet numba still emits its machine code
-(what that costs: docs/benchmarks.md, "Machine code on demand").
+(what that costs: CHANGELOG.md, "Machine code on demand").
 
 `configure()` makes the CPU target's libraries `OnDemandLibrary`: such a library is
 optimized as before but handed to MCJIT only when something asks for its machine code: a
@@ -25,9 +25,9 @@ sinks address computations, loop strength reduction), and callers link that rewr
 and optimize it again. A library without machine code is linked as it was before code
 generation; LLVM then optimizes another form, and where it may reassociate (a sum under
 ``reassoc``) it can vectorize or regroup differently: the values change in their last
-bits (BEST's gradient did, when every library was deferred: docs/benchmarks.md). Without a reordering
-flag every operation computes the same value in any form, so the values are numba's bit for
-bit and every instruction of the final function keeps its flags
+bits (BEST's gradient did, with every library deferred: CHANGELOG.md, "Machine code on
+demand"). Without a reordering flag every operation computes the same value in any form, so
+the values are numba's bit for bit and every instruction of the final function keeps its flags
 (tests/test_machine_code.py compiles a model both ways in fresh processes).
 
 It applies to libraries numba creates after it ran, once per process, when the first
@@ -79,7 +79,7 @@ def may_reassociate(module) -> bool:
     Such a library keeps numba's finalization: its callers link its IR after code
     generation, as always. Optimized again there in another form, a reduction LLVM may
     reassociate could be vectorized or reassociated otherwise, and its value change in the
-    last bits (docs/benchmarks.md, "Machine code on demand"); without reordering flags the
+    last bits (CHANGELOG.md, "Machine code on demand"); without reordering flags the
     same operations compute the same values in any form. Checked last, after the cheap
     tests: it prints the module."""
     return _REORDERING.search(str(module)) is not None

@@ -11,7 +11,7 @@ function from numba's cache and no node function, calls the final function's cop
 (optimized again after linking). Where LLVM may reorder (a reduction under ``reassoc``),
 the two differ in the last bits: the catalogue's Lotka-Volterra Scan gave a gradient that
 differed in 2 of 7 elements by 1 ulp between the first process and every later one, with
-the very same machine code for the final function in both (docs/benchmarks.md, "The first
+the very same machine code for the final function in both (CHANGELOG.md, "The first
 process and the later ones").
 
 `local_copies(module)`: while MCJIT generates a library's machine code, the definitions it

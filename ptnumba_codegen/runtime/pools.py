@@ -6,9 +6,10 @@ numba's ``Dot`` and PyTensor's linear algebra call scipy's OpenBLAS, whose worke
 keep spinning (``sched_yield`` in a loop, about 2**28 cycles) after every call. On a
 machine with few cores the two pools then take the cores from each other: a logistic
 regression's logp+dlogp (two ``Dot`` and three elementwise kernels) ran several times
-slower split than on one thread (figures: docs/benchmarks.md). So a function whose graph (inner graphs included) holds an op of a
-pool in `POOLS`, while that pool has more than one thread, never splits its loops; the
-kernels are otherwise the same (split and unsplit loops give the same bits anyway).
+slower split than on one thread (CHANGELOG.md, "Figures behind design choices"). So a
+function whose graph (inner graphs included) holds an op of a pool in `POOLS`, while that
+pool has more than one thread, never splits its loops; the kernels are otherwise the same
+(split and unsplit loops give the same bits anyway).
 
 Where OpenBLAS lets the caller run its jobs (OpenBLAS >= 0.3.28), they run on numba's
 threads instead (`runtime.shared_blas`): one pool, nothing to yield to. Otherwise, with
@@ -61,7 +62,7 @@ POOLS: tuple[Pool, ...] = (
         name="OpenBLAS",
         ops=(Dot, BatchedDot),
         modules=("pytensor.tensor.slinalg", "pytensor.tensor.nlinalg", "pytensor.tensor.linalg", "pytensor.tensor.blas"),
-        reason="its workers spin for ~0.1 s after every call and take the cores split loops need",
+        reason="its workers spin after every call and take the cores split loops need",
         threads=_blas_threads,
     ),
 )

@@ -1,16 +1,17 @@
 """The split-loop runtime's object code on disk, so a second process does not compile it.
 
 `threads.ensure_threading` builds one LLVM module per process (the chunk trampoline, the
-call-time decision, the BLAS callback) and compiles it: about 0.1 s of every warm compile
-that has a loop which may split (issue 20). Its machine code depends only on what
-`RuntimeKey` records: the generator's source, whether the BLAS callback is in it, the CPU
-and features numba compiles for, numba and llvmlite/LLVM. The library is stored as numba
-stores its own cached functions (`serialize_using_object_code`: object code plus the bitcode
-other modules link against) and loaded with ``codegen.unserialize_library``; its external
-symbols (numba's ``numba_parallel_for``, the gate, libgomp's ``omp_in_parallel``) are
-resolved when it is loaded, in this process, as for a fresh compile. A file that is
-missing, unreadable, malformed or for another key is a miss: the caller compiles and
-rewrites it. Its directory and format: `CACHE`, its row of `disk_cache.CACHES`.
+call-time decision, the BLAS callback) and compiles it: without its object code on disk
+every warm compile that has a loop which may split would pay that again. Its machine code
+depends only on what `RuntimeKey` records: the generator's source, whether the BLAS callback
+is in it, the CPU and features numba compiles for, numba and llvmlite/LLVM. The library is
+stored as numba stores its own cached functions (`serialize_using_object_code`: object code
+plus the bitcode other modules link against) and loaded with
+``codegen.unserialize_library``; its external symbols (numba's ``numba_parallel_for``, the
+gate, libgomp's ``omp_in_parallel``) are resolved when it is loaded, in this process, as for
+a fresh compile. A file that is missing, unreadable, malformed or for another key is a miss:
+the caller compiles and rewrites it. Its directory and format: `CACHE`, its row of
+`disk_cache.CACHES`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """One thread pool for loops and BLAS: OpenBLAS's parallel jobs run on numba's threads.
 
 numba's ``Dot`` and PyTensor's linear algebra call the OpenBLAS of scipy's wheel. Its
-worker threads spin (``sched_yield`` in a loop, ~2**28 cycles, about 0.1 s) after every
+worker threads spin (``sched_yield`` in a loop, ~2**28 cycles) after every
 call, so on a machine with few cores they take the cores from whatever runs next -- a
 split loop, another sampler chain, another process: a model's logp+dlogp ran many times
-slower (figures: docs/benchmarks.md, "Figures behind design choices").
+slower (CHANGELOG.md, "Figures behind design choices").
 
 OpenBLAS (>= 0.3.28) lets the caller run its parallel jobs:
 ``openblas_set_threads_callback_function(callback)``. `share_blas_pool` installs the
@@ -20,8 +20,8 @@ It is armed once per process, when the split runtime starts (the first policy ke
 may split), and installed by the runtime itself just before the process's first split loop
 (`PENDING_SYMBOL`): until a loop splits, numba's threads are idle and OpenBLAS's own pool
 takes nothing from them, while a parallel region per small BLAS call costs more than
-OpenBLAS's own workers (a structural-equation model's 4 x 263 triangular solves, cut into
-two jobs, cost about 5 us more per call through the callback; docs/benchmarks.md). Once
+OpenBLAS's own workers (a structural-equation model's small triangular solves, cut into
+two jobs, cost more per call through the callback). Once
 installed, it applies to every caller of that OpenBLAS in the process, stock kernels and
 ``scipy.linalg`` included: their jobs then run on numba's threads (``NUMBA_NUM_THREADS``,
 not `set_parallel_enabled`, which is about split loops). Opt out with

@@ -113,12 +113,13 @@ os.register_at_fork(after_in_child=_close_gate_in_child)
 _STATE: dict = {}
 
 # GNU OpenMP's idle workers spin GOMP_SPINCOUNT PAUSE loops after every parallel region
-# before they sleep: 300,000 by default, ~15 ms on Skylake (PAUSE takes ~140 cycles),
-# long enough to take a core from the BLAS call, the other sampler chain or the JAX
-# function that runs next. Unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT set),
-# numba's OpenMP pool is started spinning OMP_SPIN_COUNT loops (about 0.5 ms): enough to
-# catch the next kernel of the same logp call. libgomp reads the variable once, when it is
-# loaded; if something loaded it before numba's pool, its setting stays.
+# before they sleep: 300,000 by default, milliseconds of a core (PAUSE takes ~140 cycles on
+# Skylake), long enough to take a core from the BLAS call, the other sampler chain or the
+# JAX function that runs next. Unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT
+# set), numba's OpenMP pool is started spinning OMP_SPIN_COUNT loops (well under a
+# millisecond): enough to catch the next kernel of the same logp call. libgomp reads the
+# variable once, when it is loaded; if something loaded it before numba's pool, its setting
+# stays.
 OMP_SPIN_COUNT = "10000"
 
 

@@ -73,7 +73,7 @@ class Cell:
     @property
     def fastest(self) -> float | None:
         """Fastest sample. On a shared 2-vCPU machine the samples are bimodal (a call runs
-        up to ~1.8x slower while another job occupies the sibling vCPU) and the median
+        much slower while another job occupies the sibling vCPU) and the median
         can land in either mode; slowdowns are one-sided, so the minimum is the steadier
         estimate of what the code itself costs."""
         return min(self.times) if self.times else None

@@ -1,5 +1,5 @@
 """The catalogue benchmark: PyMC's model catalogue (github.com/ricardoV94/pymc-model-catalogue)
-under each backend (issue 20, item 1).
+under each backend.
 
     python -m ptnumba_codegen bench --group catalogue --catalogue PATH            # the 25-model core
     python -m ptnumba_codegen bench --group catalogue --catalogue PATH --models all --forms original,frozen
@@ -74,7 +74,7 @@ from ptnumba_codegen.tools import workloads as wl
 log = logging.getLogger("ptnumba_codegen.tools.catalogue_bench")
 
 #: Timed backends by default, in column order (``jax`` dropped when JAX is not importable).
-#: ``policy_default`` decides as written; ``policy_rewritten`` is the default before issue 21
+#: ``policy_default`` decides as written; ``policy_rewritten`` decides on the rewritten graph
 #: (``policy_as_written``, an alias of ``policy_default``, is still accepted).
 BACKENDS = ("stock_fast", "jax", "policy_default", "policy_default_1t", "policy_rewritten")
 #: Also accepted by ``--backends``.

@@ -1,4 +1,4 @@
-"""Exact lanes on and off, one kernel at a time, in one process (docs/benchmarks.md).
+"""Exact lanes on and off, one kernel at a time, in one process.
 
     python -m ptnumba_codegen.tools.exact_lanes_bench --n 1000 100000 --symbols log
 

@@ -21,7 +21,7 @@ rounds.
 
 Agreement: a C-backend worker (``Mode(linker="cvm")``) evaluates each (model, n) at the same
 point; the table prints the largest relative difference of logp and of every gradient
-component over the timed backends (the issue's bar: 1e-9).
+component over the timed backends (the agreement bar: 1e-9).
 
 ``--explain`` compiles each model under ``policy_default`` in this process (no timing) and
 prints its instructions per class and how its transcendental instructions are lowered
@@ -81,7 +81,7 @@ SIZES = (1_000, 100_000)
 ROUNDS = 3
 #: Half-width of the uniform jitter added to the initial point (unconstrained space).
 JITTER = 0.3
-#: The agreement bar of the issue (relative, logp and every gradient component).
+#: The agreement bar (relative, logp and every gradient component).
 AGREEMENT_RTOL = 1e-9
 #: Prefix of the worker's JSON line on stdout.
 MARKER = "PTNUMBA_MODELBENCH_JSON "
@@ -283,8 +283,8 @@ def worker_place(env: dict | None = None) -> tuple[str, dict]:
     ``python -m`` puts the working directory first on ``sys.path``, and a crowded one costs
     whichever backend's process lists it: nutpie's first trace conversion reads a package
     version through ``importlib.metadata``, which lists every directory on the path, and a
-    process whose own compile wrote files there lists it again (0.1 s in a ``/tmp`` of
-    97,000 entries, paid by the policy and not by stock: docs/benchmarks.md)."""
+    process whose own compile wrote files there lists it again (in a crowded ``/tmp`` a
+    cost the policy's process paid and stock's did not)."""
     import site
     import tempfile
 
@@ -478,7 +478,8 @@ def table(res: Results, n: int, rounds: int) -> str:
 
 
 def verdict(res: Results, n: int) -> list[str]:
-    """The issue's "done when" criteria at this size, one line each."""
+    """The benchmark's targets at this size (policy against stock and JAX, threads,
+    agreement with C), one line each."""
     out = []
     best = {m: res.ratio_best(n, m) for m in res.models}
     if any(v is not None for v in best.values()):

@@ -24,7 +24,7 @@ Backends:
 ``policy_strict``   `ptnumba_codegen.policy_mode("strict")`
 ``policy_default_1t`` `policy_default` with ``[parallel] threads = 1``: every loop on the
                     calling thread, to show what the thread split adds
-``policy_rewritten`` `ptnumba_codegen.policy_mode("rewritten")`: the default before issue 21,
+``policy_rewritten`` `ptnumba_codegen.policy_mode("rewritten")`:
                     decisions computed from the rewritten graph (the reference to compare
                     ``policy_default`` with)
 ``policy_as_written`` `ptnumba_codegen.policy_mode("as_written")`: an alias of ``default``

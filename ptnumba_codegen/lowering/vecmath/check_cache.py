@@ -1,15 +1,15 @@
 """The exact-lanes self-check's verdicts on disk, so a second process does not redo them.
 
 `exact_lanes.status` compiles each exact vector form and compares it with libm on a few
-hundred thousand probes: 0.25 to 0.4 s per entry and process (issue 20: a warm compile paid
-it every time). The verdict depends only on what `CheckKey` records: the generator's own
-source (the vector code, the probes, the check), the libm data it was built from, the libm
-file and the C library it is compared with, the CPU and the feature set the check compiled
-for, LLVM and numpy (the probes' generator). One JSON file per key, named by the key's
-digest, holds the full key and the verdict; a file that is missing, unreadable, malformed or
-for another key reads as no verdict, and the caller runs the check again and rewrites it.
-Its directory and format: `CACHE`, its row of `runtime.disk_cache.CACHES` (beside
-PyTensor's numba cache, while it is on).
+hundred thousand probes, per entry and process: without the verdict on disk every warm
+compile would pay that again. The verdict depends only on what `CheckKey` records: the
+generator's own source (the vector code, the probes, the check), the libm data it was built
+from, the libm file and the C library it is compared with, the CPU and the feature set the
+check compiled for, LLVM and numpy (the probes' generator). One JSON file per key, named by
+the key's digest, holds the full key and the verdict; a file that is missing, unreadable,
+malformed or for another key reads as no verdict, and the caller runs the check again and
+rewrites it. Its directory and format: `CACHE`, its row of `runtime.disk_cache.CACHES`
+(beside PyTensor's numba cache, while it is on).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A lane call (`lane_calls`) keeps libm's bits in a vectorized loop by calling libm once per
 lane: the arithmetic around it vectorizes, the call does not (a strict ``sigmoid`` in an
-ordered-logistic cone: 3.8 ns per element, nearly all of it libm's ``exp``). Where libm's
+ordered-logistic cone spends nearly all its time in libm's ``exp``). Where libm's
 algorithm is a fixed sequence of IEEE operations on constants we can read, the same
 sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those:
 
@@ -23,7 +23,7 @@ sequence on vectors gives the same bits in every lane; `EXACT_LANES` lists those
   call libm.
 
 Constants and tables come from this process's libm (`libm_data`). Before the first use (once
-per process, entry and vector width, 0.2 to 1 s) the vector code is compiled on its own and
+per process, entry and vector width) the vector code is compiled on its own and
 compared bit for bit with libm's function on `probe_inputs` (every table slot or
 subinterval, the fast path's edges, the subnormal range, random magnitudes; pow's common
 exponents); any difference, or no data, and the entry is off for the process: lane calls
@@ -161,7 +161,8 @@ _LOG_HI = 0x3FF1090000000000  # bits of 1 + 0x1.09p-4
 def _gather_pairs(b: ir.IRBuilder, table: ir.GlobalVariable, slot, vty):
     """``table[slot]`` and ``table[slot + 1]`` per lane, as vectors of ``vty`` (``slot``
     even): one 16-byte load per lane (the pair), deinterleaved by shuffles. Not the
-    gather instruction: on the CPU measured it was slower (docs/benchmarks.md)."""
+    gather instruction: on the CPU measured it was slower (CHANGELOG.md, "Exact lanes and
+    vector math")."""
     n = vty.count
     pty = ir.VectorType(_I64, 2)
     parts = []
@@ -571,7 +572,7 @@ def libm_reference(symbol: str, xs: np.ndarray) -> np.ndarray:
     """libm's own scalar ``symbol`` on each of ``xs`` (1-d, or (arity, n)): the symbol numba's
     code calls, called once per element at its address from a compiled loop (through a
     pointer LLVM cannot see into: no libcall folding, no vectorizing; the same call a ctypes
-    call makes, without the Python loop's 0.5 s per 150,000 probes)."""
+    call makes, without a Python loop over the probes)."""
     cols = _columns(xs)
     arity, n = cols.shape
     module = ir.Module(name=f"ptnumba_libm_reference_{symbol}")

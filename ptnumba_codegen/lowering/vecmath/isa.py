@@ -22,7 +22,7 @@ def target_features() -> set[str]:
 @functools.cache
 def _features(configured: str | None) -> tuple[str, ...]:
     """numba's target features (``NUMBA_CPU_FEATURES``, else the host's): asking LLVM for
-    the host's costs about 2 ms, and planning and emitting a model's kernels ask ~50 times."""
+    the host's is slow, and planning and emitting a model's kernels ask many times."""
     from numba.core.codegen import get_host_cpu_features
 
     return tuple((configured if configured is not None else get_host_cpu_features()).split(","))
@@ -70,7 +70,7 @@ def kernel_isa(isa: str | None):
 # one value (the same bits at every position). A row of 12 doubles on AVX-512 costs 1
 # vector call and 4 whole-vector scalar calls, 5 calls' work; AVX2's 4 lanes, which an
 # AVX-512 machine runs as well, cost 3. (frailty_coxph's (3770, 12) kernel:
-# docs/benchmarks.md, "Rows that do not fill AVX-512's vectors".)
+# CHANGELOG.md, "Rows that do not fill AVX-512's vectors".)
 NARROWER_ISA = {"e": "d"}
 
 

@@ -4,7 +4,7 @@ A loop whose body calls a plain libm function (``log1p`` in a comparison cone, s
 softplus) does not vectorize at all: LLVM's loop vectorizer refuses a call it has no vector
 form for. The rest of the body then runs one element at a time, and every libmvec or
 package vector function in it (outside the cone) does a whole vector's work for one
-element (slower than stock; figures: docs/benchmarks.md).
+element (slower than stock; CHANGELOG.md, "Lane calls").
 
 A lane call gives such a call a vector form that computes nothing differently:
 

@@ -3,8 +3,8 @@
 Every process under the policy needs the libm constants and tables of ``exp``, ``log`` and
 ``pow`` (`libm_data.glibc_exp_data` and friends): the kernels' cache keys name them
 (`exact_lanes.cache_key`) and the self-check's key hashes them. Finding them scans the
-mapped libm file for tables of the right shape, about 5 ms of CPU per function, every
-process (issue 20: a warm compile pays what stock does not). What is found depends only on
+mapped libm file for tables of the right shape, per function, in every process: without
+the result on disk a warm compile pays what stock does not. What is found depends only on
 what `DataKey` records: which table, the libm file (path and content digest), the
 generator's own source (the search) and numpy (the scan). One pickle per key, named by the
 key's digest, holds the full key and the result (the found record, or the reason it was

@@ -215,8 +215,8 @@ _CANONICAL_NAN = {("log", "float64")}
 # subnormal's log, overflows to +inf above log(max)), -inf and +inf included. libmvec's
 # fast path covers |x| < ~708 only; a lane outside sends the whole vector to its slow
 # per-lane callout, so those lanes get the result by a select instead and the call a safe
-# argument. (Zero-inflated and mixture logps take exp of log(0) = -inf: 30% of the
-# lanes, 2.6x the kernel's time.)
+# argument. (Zero-inflated and mixture logps take exp of log(0) = -inf on a large share
+# of their lanes.)
 _SATURATED = {
     ("exp", "float64"): ((-745.2, 0.0), (709.8, float("inf"))),
     ("exp", "float32"): ((-104.0, 0.0), (88.8, float("inf"))),
