@@ -1,0 +1,244 @@
+"""Run a client's own test files (PyMC's distribution tests) stock and under the policy,
+each in its own pytest session, and print what the policy changes.
+
+    .venv/bin/python scripts/pymc_conformance.py ../shared/pymc_tests
+    .venv/bin/python scripts/pymc_conformance.py ../shared/pymc_tests \\
+        tests/distributions/test_censored.py -k "logp" -- -x
+    .venv/bin/python scripts/pymc_conformance.py ../shared/pymc_tests --stock-passes FILE
+
+FOLDER is the test folder (its README says to run pytest from there): the sessions run
+with FOLDER as their working directory, ``-p compat_shims`` when FOLDER has
+``compat_shims.py``, ``-p no:cacheprovider`` and every file they write (junit XML, logs,
+PyTensor's compile directory) in the output directory, so FOLDER may be read-only.
+FILES (relative to FOLDER) narrow the selection; arguments after ``--`` go to pytest.
+
+The policy session loads ``-p ptnumba_codegen.tools.pytest_plugin`` and imports
+ptnumba_codegen from this checkout (checked before the sessions start).
+
+Instead of a stock session, the stock result may come from a saved file:
+``--stock-xml`` a stock session's junit XML, or ``--stock-passes`` a list of test ids
+that pass under stock (one per line; ``--write-stock-passes`` writes one from a stock
+session). With ``--stock-passes`` the policy session runs exactly the listed tests
+(FILES and ``-k`` narrow nothing then).
+
+Exit status: 1 when a test that passes under stock fails, errors or is missing under
+the policy; 2 when a session could not run; else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import conformance_diff
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "scripts"
+PLUGIN = "ptnumba_codegen.tools.pytest_plugin"
+SHIMS = "compat_shims"
+FAILING = ("failed", "errors")
+# pytest's exit codes for a session that ran: all passed, some failed, none collected
+RAN = (0, 1, 5)
+
+
+def parse_args(argv):
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    else:
+        extra = []
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    ap.add_argument("folder", type=Path, help="the test folder, e.g. ../shared/pymc_tests")
+    ap.add_argument("files", nargs="*", help="test files or node ids relative to FOLDER (default: all)")
+    ap.add_argument("-k", dest="keyword", help="pytest -k expression for both sessions")
+    ap.add_argument("-n", "--jobs", type=int, default=2, help="xdist workers (0: no xdist); default 2")
+    ap.add_argument("--out", type=Path, help="output directory (default: a new temporary one)")
+    ap.add_argument("--policy", help="policy of the policy session (default: $PTNUMBA_CODEGEN_POLICY, else default)")
+    saved = ap.add_mutually_exclusive_group()
+    saved.add_argument("--stock-xml", type=Path, help="a saved stock session's junit XML: no stock session")
+    saved.add_argument("--stock-passes", type=Path, help="a saved list of test ids passing under stock: no stock session")
+    ap.add_argument("--write-stock-passes", type=Path, help="write the ids of the tests passing under stock here")
+    ap.add_argument("--timeout", type=float, help="seconds after which a session is stopped (counts as not run)")
+    ap.add_argument("--shared-cache", action="store_true",
+                    help="use PyTensor's usual compile directory instead of a fresh one per session")
+    args = ap.parse_args(argv)
+    args.pytest_args = extra
+    if not args.folder.is_dir():
+        ap.error(f"{args.folder}: not a directory")
+    if args.stock_passes and args.write_stock_passes:
+        ap.error("--write-stock-passes needs a stock session (or --stock-xml)")
+    return args
+
+
+def read_ids(path: Path) -> list[str]:
+    """Test ids of a ``--stock-passes`` file: one a line, ``#`` starts a comment."""
+    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines())
+    return [ln for ln in lines if ln]
+
+
+def environment(out: Path, run: str, shared_cache: bool) -> dict:
+    env = dict(os.environ)
+    # this checkout's package first (before the venv's editable install), then the
+    # conformance_diff plugin recording exact outcomes
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(SCRIPTS), env.get("PYTHONPATH")]))
+    if not shared_cache:
+        flags = env.get("PYTENSOR_FLAGS", "")
+        env["PYTENSOR_FLAGS"] = ",".join(filter(None, [flags, f"base_compiledir={out / ('compiledir-' + run)}"]))
+    return env
+
+
+def check_import_location(folder: Path, env: dict) -> str:
+    """Where the sessions import ptnumba_codegen from; exits unless from this checkout."""
+    where = subprocess.run(
+        [sys.executable, "-c", "import ptnumba_codegen; print(ptnumba_codegen.__file__)"],
+        cwd=folder, env=env, capture_output=True, text=True,
+    )
+    location = Path(where.stdout.strip()).resolve() if where.returncode == 0 else None
+    if location is None or REPO not in location.parents:
+        sys.exit(f"pymc_conformance: ptnumba_codegen imports from {location or where.stderr.strip()}, "
+                 f"not from this checkout ({REPO})")
+    return str(location.parent)
+
+
+def pytest_command(args, run: str, junit: Path, selection: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conformance_diff"]
+    if (args.folder / f"{SHIMS}.py").is_file():
+        cmd += ["-p", SHIMS]
+    if run == "policy":
+        cmd += ["-p", PLUGIN]
+        if args.policy:
+            cmd += ["--ptnumba-policy", args.policy]
+    if args.jobs:
+        cmd += ["-n", str(args.jobs)]
+    cmd += ["-q", "-rfE", "--color=no", "-o", "junit_family=xunit1", "--junitxml", str(junit)]
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    return cmd + selection + args.pytest_args
+
+
+def run_session(args, run: str, out: Path, selection: list[str], env: dict) -> tuple[int, float]:
+    """Run one pytest session, its output to the terminal and to OUT/RUN.log."""
+    junit = out / f"{run}.xml"
+    cmd = pytest_command(args, run, junit, selection)
+    print(f"\n=== {run} session ===\n$ cd {args.folder} && {' '.join(cmd)}", flush=True)
+    start = time.monotonic()
+    with open(out / f"{run}.log", "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=args.folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = None if args.timeout is None else start + args.timeout
+        try:
+            for chunk in iter(lambda: proc.stdout.read1(4096), b""):
+                log.write(chunk)
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError
+            rc = proc.wait()
+        except (TimeoutError, KeyboardInterrupt):
+            proc.kill()
+            proc.wait()
+            print(f"\npymc_conformance: the {run} session was stopped", flush=True)
+            rc = -1
+    return rc, time.monotonic() - start
+
+
+def counts(results: dict) -> str:
+    tally = {col: 0 for col in conformance_diff.COLUMNS}
+    for _file, outcome, _detail in results.values():
+        tally[outcome] += 1
+    return ", ".join(f"{n} {col}" for col, n in tally.items() if n) + f" ({len(results)} tests)"
+
+
+def first_line(detail: str) -> str:
+    lines = [ln.strip() for ln in detail.splitlines() if ln.strip()]
+    return lines[0][:240] if lines else "(no message)"
+
+
+def compare(stock: dict, policy: dict, *, missing_counts: bool) -> tuple[list[str], list[str]]:
+    """Print the tests passing under one and failing under the other; the regressions
+    (passing under stock, failing under the policy) and the reverse."""
+    absent = (None, "missing", "")
+    ids = stock.keys() | (policy.keys() if missing_counts else stock.keys() & policy.keys())
+    worse, better, other = [], [], []
+    for tid in sorted(ids):
+        s, p = stock.get(tid, absent), policy.get(tid, absent)
+        if s[1] == "passed" and (p[1] in FAILING or (p[1] == "missing" and missing_counts)):
+            worse.append(tid)
+        elif s[1] in FAILING and p[1] == "passed":
+            better.append(tid)
+        elif s[1] != p[1] and (p[1] != "missing" or missing_counts):
+            other.append(tid)
+    print(f"\n{len(worse)} test(s) pass under stock and fail under the policy:")
+    for tid in worse:
+        p = policy.get(tid, absent)
+        print(f"  {tid}\n      {p[1]}: {first_line(p[2]) if p[2] else 'not run'}")
+    print(f"\n{len(better)} test(s) fail under stock and pass under the policy:")
+    for tid in better:
+        print(f"  {tid}\n      stock {stock[tid][1]}: {first_line(stock[tid][2])}")
+    if other:
+        print(f"\n{len(other)} other difference(s) (stock -> policy):")
+        for tid in other:
+            print(f"  {tid}: {stock.get(tid, absent)[1]} -> {policy.get(tid, absent)[1]}")
+    return worse, better
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.folder = args.folder.resolve()
+    out = args.out or Path(tempfile.mkdtemp(prefix="pymc-conformance-"))
+    out.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()
+    env = {run: environment(out, run, args.shared_cache) for run in ("stock", "policy")}
+    print(f"folder: {args.folder}\noutput: {out}\nptnumba_codegen: {check_import_location(args.folder, env['policy'])}")
+
+    selection = list(args.files)
+    walls = {}
+    status = 0
+    if args.stock_passes:
+        listed = read_ids(args.stock_passes)
+        stock = {tid: ("", "passed", "") for tid in listed}
+        print(f"stock: {len(listed)} passing test ids from {args.stock_passes}")
+        selection, args.keyword = listed, None
+    elif args.stock_xml:
+        stock = conformance_diff.load(args.stock_xml)
+        print(f"stock: {args.stock_xml}")
+    else:
+        rc, walls["stock"] = run_session(args, "stock", out, selection, env["stock"])
+        if rc not in RAN or not (out / "stock.xml").is_file():
+            print(f"pymc_conformance: the stock session did not run (pytest exit {rc})")
+            return 2
+        stock = conformance_diff.load(out / "stock.xml")
+    if args.write_stock_passes:
+        passing = sorted(tid for tid, (_f, outcome, _d) in stock.items() if outcome == "passed")
+        args.write_stock_passes.write_text("".join(tid + "\n" for tid in passing))
+        print(f"wrote {len(passing)} stock-passing test ids to {args.write_stock_passes}")
+
+    rc, walls["policy"] = run_session(args, "policy", out, selection, env["policy"])
+    if rc not in RAN or not (out / "policy.xml").is_file():
+        print(f"pymc_conformance: the policy session did not run (pytest exit {rc})")
+        status = 2
+    policy = conformance_diff.load(out / "policy.xml") if (out / "policy.xml").is_file() else {}
+
+    print("\n=== totals ===")
+    if not args.stock_passes:
+        print(f"stock:  {counts(stock)}" + (f" in {walls['stock']:.0f} s" if "stock" in walls else ""))
+    print(f"policy: {counts(policy)} in {walls['policy']:.0f} s")
+    # a saved result may cover more tests than this selection: only the tests run compare,
+    # except the listed ones, which must all run
+    worse, _better = compare(stock, policy, missing_counts=not args.stock_xml)
+    for run in ("stock", "policy"):
+        shutil.rmtree(out / f"compiledir-{run}", ignore_errors=True)
+    print(f"\nresults in {out} ({{stock,policy}}.{{log,xml}})")
+    return 1 if worse else status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
