@@ -80,9 +80,9 @@ def parse_args(argv):
 
 
 def read_ids(path: Path) -> list[str]:
-    """Test ids of a ``--stock-passes`` file: one a line, ``#`` starts a comment."""
-    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines())
-    return [ln for ln in lines if ln]
+    """Test ids of a ``--stock-passes`` file: one a line; lines starting with ``#`` are comments."""
+    lines = (ln.strip() for ln in path.read_text().splitlines())
+    return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
 def environment(out: Path, run: str, shared_cache: bool) -> dict:
@@ -218,7 +218,9 @@ def main(argv=None) -> int:
         stock = conformance_diff.load(out / "stock.xml")
     if args.write_stock_passes:
         passing = sorted(tid for tid, (_f, outcome, _d) in stock.items() if outcome == "passed")
-        args.write_stock_passes.write_text("".join(tid + "\n" for tid in passing))
+        header = (f"# test ids passing under stock ({len(passing)}), read by --stock-passes; written by\n"
+                  f"# scripts/pymc_conformance.py {' '.join(sys.argv[1:] if argv is None else argv)}\n")
+        args.write_stock_passes.write_text(header + "".join(tid + "\n" for tid in passing))
         print(f"wrote {len(passing)} stock-passing test ids to {args.write_stock_passes}")
 
     rc, walls["policy"] = run_session(args, "policy", out, selection, env["policy"])
