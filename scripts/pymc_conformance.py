@@ -74,8 +74,8 @@ def parse_args(argv):
     args.pytest_args = extra
     if not args.folder.is_dir():
         ap.error(f"{args.folder}: not a directory")
-    if args.stock_passes and args.write_stock_passes:
-        ap.error("--write-stock-passes needs a stock session (or --stock-xml)")
+    if args.write_stock_passes and (args.stock_passes or args.stock_xml):
+        ap.error("--write-stock-passes needs a stock session")
     return args
 
 
@@ -158,8 +158,12 @@ def counts(results: dict) -> str:
 
 
 def first_line(detail: str) -> str:
+    """The error's first line (with the next one when the first is only ``Type:``)."""
     lines = [ln.strip() for ln in detail.splitlines() if ln.strip()]
-    return lines[0][:240] if lines else "(no message)"
+    if not lines:
+        return "(no message)"
+    line = lines[0] if not lines[0].endswith(":") or len(lines) == 1 else f"{lines[0]} {lines[1]}"
+    return line[:240]
 
 
 def compare(stock: dict, policy: dict, *, missing_counts: bool) -> tuple[list[str], list[str]]:
@@ -190,8 +194,34 @@ def compare(stock: dict, policy: dict, *, missing_counts: bool) -> tuple[list[st
     return worse, better
 
 
+def stock_result(args, out: Path, env: dict, selection: list[str], argv: list[str]):
+    """(stock results, the policy session's selection, stock wall seconds or None); exits
+    with 2 when the stock session does not run."""
+    if args.stock_passes:
+        listed = read_ids(args.stock_passes)
+        print(f"stock: {len(listed)} passing test ids from {args.stock_passes}")
+        args.keyword = None
+        return {tid: ("", "passed", "") for tid in listed}, listed, None
+    if args.stock_xml:
+        print(f"stock: {args.stock_xml}")
+        return conformance_diff.load(args.stock_xml), selection, None
+    rc, wall = run_session(args, "stock", out, selection, env)
+    if rc not in RAN or not (out / "stock.xml").is_file():
+        print(f"pymc_conformance: the stock session did not run (pytest exit {rc})")
+        sys.exit(2)
+    stock = conformance_diff.load(out / "stock.xml")
+    if args.write_stock_passes:
+        passing = sorted(tid for tid, (_f, outcome, _d) in stock.items() if outcome == "passed")
+        header = (f"# test ids passing under stock ({len(passing)}), read by --stock-passes; written by\n"
+                  f"# scripts/pymc_conformance.py {' '.join(argv)}\n")
+        args.write_stock_passes.write_text(header + "".join(tid + "\n" for tid in passing))
+        print(f"wrote {len(passing)} stock-passing test ids to {args.write_stock_passes}")
+    return stock, selection, wall
+
+
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     args.folder = args.folder.resolve()
     out = args.out or Path(tempfile.mkdtemp(prefix="pymc-conformance-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -199,47 +229,27 @@ def main(argv=None) -> int:
     env = {run: environment(out, run, args.shared_cache) for run in ("stock", "policy")}
     print(f"folder: {args.folder}\noutput: {out}\nptnumba_codegen: {check_import_location(args.folder, env['policy'])}")
 
-    selection = list(args.files)
-    walls = {}
-    status = 0
-    if args.stock_passes:
-        listed = read_ids(args.stock_passes)
-        stock = {tid: ("", "passed", "") for tid in listed}
-        print(f"stock: {len(listed)} passing test ids from {args.stock_passes}")
-        selection, args.keyword = listed, None
-    elif args.stock_xml:
-        stock = conformance_diff.load(args.stock_xml)
-        print(f"stock: {args.stock_xml}")
-    else:
-        rc, walls["stock"] = run_session(args, "stock", out, selection, env["stock"])
-        if rc not in RAN or not (out / "stock.xml").is_file():
-            print(f"pymc_conformance: the stock session did not run (pytest exit {rc})")
-            return 2
-        stock = conformance_diff.load(out / "stock.xml")
-    if args.write_stock_passes:
-        passing = sorted(tid for tid, (_f, outcome, _d) in stock.items() if outcome == "passed")
-        header = (f"# test ids passing under stock ({len(passing)}), read by --stock-passes; written by\n"
-                  f"# scripts/pymc_conformance.py {' '.join(sys.argv[1:] if argv is None else argv)}\n")
-        args.write_stock_passes.write_text(header + "".join(tid + "\n" for tid in passing))
-        print(f"wrote {len(passing)} stock-passing test ids to {args.write_stock_passes}")
-
-    rc, walls["policy"] = run_session(args, "policy", out, selection, env["policy"])
-    if rc not in RAN or not (out / "policy.xml").is_file():
+    stock, selection, stock_wall = stock_result(args, out, env["stock"], list(args.files), argv)
+    rc, policy_wall = run_session(args, "policy", out, selection, env["policy"])
+    ran = rc in RAN and (out / "policy.xml").is_file()
+    if not ran:
         print(f"pymc_conformance: the policy session did not run (pytest exit {rc})")
-        status = 2
     policy = conformance_diff.load(out / "policy.xml") if (out / "policy.xml").is_file() else {}
-
-    print("\n=== totals ===")
-    if not args.stock_passes:
-        print(f"stock:  {counts(stock)}" + (f" in {walls['stock']:.0f} s" if "stock" in walls else ""))
-    print(f"policy: {counts(policy)} in {walls['policy']:.0f} s")
-    # a saved result may cover more tests than this selection: only the tests run compare,
-    # except the listed ones, which must all run
-    worse, _better = compare(stock, policy, missing_counts=not args.stock_xml)
     for run in ("stock", "policy"):
         shutil.rmtree(out / f"compiledir-{run}", ignore_errors=True)
+
+    print("\n=== totals ===")
+    if args.stock_xml:
+        print(f"stock:  {counts({tid: stock[tid] for tid in policy.keys() & stock.keys()})} "
+              f"(saved; of {counts(stock)})")
+    elif not args.stock_passes:
+        print(f"stock:  {counts(stock)} in {stock_wall:.0f} s")
+    print(f"policy: {counts(policy)} in {policy_wall:.0f} s")
+    # a saved junit file may cover more tests than this selection: only the tests the policy
+    # session ran compare; a listed test or one of the same selection must run
+    worse, _better = compare(stock, policy, missing_counts=not args.stock_xml)
     print(f"\nresults in {out} ({{stock,policy}}.{{log,xml}})")
-    return 1 if worse else status
+    return 1 if worse else 0 if ran else 2
 
 
 if __name__ == "__main__":
