@@ -45,6 +45,7 @@ SHIMS = "compat_shims"
 FAILING = ("failed", "errors")
 # pytest's exit codes for a session that ran: all passed, some failed, none collected
 RAN = (0, 1, 5)
+USAGE_ERROR = 4  # pytest's exit code, also for a node id it does not find
 
 
 def parse_args(argv):
@@ -194,7 +195,7 @@ def compare(stock: dict, policy: dict, *, missing_counts: bool) -> tuple[list[st
     return worse, better
 
 
-def stock_result(args, out: Path, env: dict, selection: list[str], argv: list[str]):
+def stock_result(args, out: Path, env: dict, selection: list[str]):
     """(stock results, the policy session's selection, stock wall seconds or None); exits
     with 2 when the stock session does not run."""
     if args.stock_passes:
@@ -212,16 +213,15 @@ def stock_result(args, out: Path, env: dict, selection: list[str], argv: list[st
     stock = conformance_diff.load(out / "stock.xml")
     if args.write_stock_passes:
         passing = sorted(tid for tid, (_f, outcome, _d) in stock.items() if outcome == "passed")
-        header = (f"# test ids passing under stock ({len(passing)}), read by --stock-passes; written by\n"
-                  f"# scripts/pymc_conformance.py {' '.join(argv)}\n")
+        header = (f"# test ids passing under stock ({len(passing)} of {len(stock)} run), read by --stock-passes;\n"
+                  f"# written by scripts/pymc_conformance.py --write-stock-passes from {args.folder}\n")
         args.write_stock_passes.write_text(header + "".join(tid + "\n" for tid in passing))
         print(f"wrote {len(passing)} stock-passing test ids to {args.write_stock_passes}")
     return stock, selection, wall
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     args.folder = args.folder.resolve()
     out = args.out or Path(tempfile.mkdtemp(prefix="pymc-conformance-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -229,11 +229,14 @@ def main(argv=None) -> int:
     env = {run: environment(out, run, args.shared_cache) for run in ("stock", "policy")}
     print(f"folder: {args.folder}\noutput: {out}\nptnumba_codegen: {check_import_location(args.folder, env['policy'])}")
 
-    stock, selection, stock_wall = stock_result(args, out, env["stock"], list(args.files), argv)
+    stock, selection, stock_wall = stock_result(args, out, env["stock"], list(args.files))
     rc, policy_wall = run_session(args, "policy", out, selection, env["policy"])
     ran = rc in RAN and (out / "policy.xml").is_file()
     if not ran:
         print(f"pymc_conformance: the policy session did not run (pytest exit {rc})")
+        if rc == USAGE_ERROR and args.stock_passes:
+            print(f"  (a test id of {args.stock_passes} not in {args.folder}? write a new list with "
+                  "--write-stock-passes, docs/conformance.md)")
     policy = conformance_diff.load(out / "policy.xml") if (out / "policy.xml").is_file() else {}
     for run in ("stock", "policy"):
         shutil.rmtree(out / f"compiledir-{run}", ignore_errors=True)
