@@ -8,8 +8,9 @@ each in its own pytest session, and print what the policy changes.
 
 FOLDER is the test folder (its README says to run pytest from there): the sessions run
 with FOLDER as their working directory, ``-p compat_shims`` when FOLDER has
-``compat_shims.py``, ``-p no:cacheprovider`` and every file they write (junit XML, logs,
-PyTensor's compile directory) in the output directory, so FOLDER may be read-only.
+``compat_shims.py``, ``-p no:cacheprovider``, no bytecode written, and every file they write
+(junit XML, logs, PyTensor's compile directory) in the output directory: nothing is written
+into FOLDER, which may be read-only.
 FILES (relative to FOLDER) narrow the selection; arguments after ``--`` go to pytest.
 
 The policy session loads ``-p ptnumba_codegen.tools.pytest_plugin`` and imports
@@ -18,8 +19,7 @@ ptnumba_codegen from this checkout (checked before the sessions start).
 Instead of a stock session, the stock result may come from a saved file:
 ``--stock-xml`` a stock session's junit XML, or ``--stock-passes`` a list of test ids
 that pass under stock (one per line; ``--write-stock-passes`` writes one from a stock
-session). With ``--stock-passes`` the policy session runs exactly the listed tests
-(FILES and ``-k`` narrow nothing then).
+session). With ``--stock-passes`` the policy session runs exactly the listed tests.
 
 Exit status: 1 when a test that passes under stock fails, errors or is missing under
 the policy; 2 when a session could not run; else 0.
@@ -75,6 +75,8 @@ def parse_args(argv):
     args.pytest_args = extra
     if not args.folder.is_dir():
         ap.error(f"{args.folder}: not a directory")
+    if args.stock_passes and (args.files or args.keyword):
+        ap.error("--stock-passes runs exactly the listed tests: no FILES, no -k")
     if args.write_stock_passes and (args.stock_passes or args.stock_xml):
         ap.error("--write-stock-passes needs a stock session")
     return args
@@ -91,6 +93,7 @@ def environment(out: Path, run: str, shared_cache: bool) -> dict:
     # this checkout's package first (before the venv's editable install), then the
     # conformance_diff plugin recording exact outcomes
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(SCRIPTS), env.get("PYTHONPATH")]))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ (pytest's rewritten asserts too) in FOLDER
     if not shared_cache:
         flags = env.get("PYTENSOR_FLAGS", "")
         env["PYTENSOR_FLAGS"] = ",".join(filter(None, [flags, f"base_compiledir={out / ('compiledir-' + run)}"]))
@@ -201,7 +204,6 @@ def stock_result(args, out: Path, env: dict, selection: list[str]):
     if args.stock_passes:
         listed = read_ids(args.stock_passes)
         print(f"stock: {len(listed)} passing test ids from {args.stock_passes}")
-        args.keyword = None
         return {tid: ("", "passed", "") for tid in listed}, listed, None
     if args.stock_xml:
         print(f"stock: {args.stock_xml}")
