@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 PROPERTY = "conformance_outcome"
+NODEID = "conformance_nodeid"
 COLUMNS = ("passed", "failed", "skipped", "xfailed", "xpassed", "errors")
 
 
@@ -51,17 +52,36 @@ def pytest_runtest_makereport(item, call):
         value = "errors"
     if value is not None:
         # junitxml writes the properties of the teardown report, which copies the item's.
+        # the node id too: junit's file and classname name where a test is defined, which
+        # for a test inherited from an installed package is not its module
+        _record_nodeid(item.user_properties, item.nodeid)
         item.user_properties.append((PROPERTY, value))
         if rep.when == "teardown":
+            _record_nodeid(rep.user_properties, item.nodeid)
             rep.user_properties.append((PROPERTY, value))
 
 
+def _record_nodeid(properties: list, nodeid: str) -> None:
+    if not any(name == NODEID for name, _ in properties):
+        properties.append((NODEID, nodeid))
+
+
 # --------------------------------------------------------------------------- parsing
+def _recorded_nodeid(case: ET.Element) -> str | None:
+    return next((p.get("value") for p in case.iter("property") if p.get("name") == NODEID), None)
+
+
 def _file_of(case: ET.Element) -> str:
+    nodeid = _recorded_nodeid(case)
+    if nodeid:
+        return nodeid.split("::", 1)[0]
     file = case.get("file")
-    if file:
+    classname = case.get("classname") or ""
+    # junit's file is where the test function is defined: for a test a class inherits
+    # from an installed package (pymc.testing's test_distribution) not the test's module
+    if file and classname.startswith(file[:-3].replace("/", ".")):
         return file
-    parts = (case.get("classname") or "").split(".")
+    parts = classname.split(".")
     # tests.link.numba.test_scan.TestFoo -> tests/link/numba/test_scan.py
     mods = []
     for part in parts:
@@ -72,6 +92,9 @@ def _file_of(case: ET.Element) -> str:
 
 
 def _test_id(case: ET.Element) -> str:
+    nodeid = _recorded_nodeid(case)
+    if nodeid:
+        return nodeid
     classname = case.get("classname") or ""
     file = _file_of(case)
     module = file[:-3].replace("/", ".") if file.endswith(".py") else ""

@@ -71,6 +71,22 @@ def test_mismatch_raises_the_stock_message(fns, shape, n0, n2):
     assert str(stock.value).startswith("SpecifyShape: dim ")
 
 
+@pytest.mark.parametrize("verbosity", ["medium", "high"])
+def test_a_mismatch_reported_with_its_apply_node_keeps_the_stock_message(fns, verbosity):
+    """Above ``low`` verbosity (PyMC's tests run ``high``) PyTensor's ``raise_with_op``
+    re-raises ``type(err)(str(err) + the node's details)``: a SpecifyShapeError made from
+    that message reads as it, like stock's AssertionError."""
+    x = np.zeros((2, 5, 3))
+    with pytensor.config.change_flags(exception_verbosity=verbosity):
+        with pytest.raises(AssertionError) as stock:
+            fns["stock_strict"](x, 4, 3)
+        with pytest.raises(AssertionError, match="^SpecifyShape: dim 0 of input has shape 2, expected 4.") as ours:
+            fns["policy_default"](x, 4, 3)
+    assert type(ours.value) is SpecifyShapeError
+    assert str(ours.value).splitlines()[0] == str(stock.value).splitlines()[0]
+    assert "Apply node that caused the error" in str(ours.value)
+
+
 def test_compact_function_formats_no_string():
     x = pt.matrix("x")
     n, m = pt.lscalar("n"), pt.lscalar("m")
@@ -224,6 +240,17 @@ def test_split_errors_raise_the_stock_message(split_fns, sizes):
         split_fns["policy_default"](x, np.array(sizes))
     assert str(ours.value) == str(stock.value)
     assert (type(ours.value) is SplitSizesError) == str(stock.value).startswith("Split sizes sum to")
+
+
+def test_a_split_error_reported_with_its_apply_node_keeps_the_stock_message(split_fns):
+    x = np.zeros((2, 7, 3))
+    with pytensor.config.change_flags(exception_verbosity="high"):
+        with pytest.raises(ValueError) as stock:
+            split_fns["stock_strict"](x, np.array((2, 2, 2)))
+        with pytest.raises(ValueError, match="^Split sizes sum to 6; expected 7") as ours:
+            split_fns["policy_default"](x, np.array((2, 2, 2)))
+    assert type(ours.value) is SplitSizesError
+    assert str(ours.value).splitlines()[0] == str(stock.value).splitlines()[0]
 
 
 def test_compact_split_formats_no_string():

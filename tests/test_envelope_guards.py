@@ -10,6 +10,7 @@ with scalar libm sin). The reference is ``Mode(linker="numba", optimizer=None)``
 """
 
 import math
+import warnings
 
 import numpy as np
 import pytensor
@@ -21,6 +22,7 @@ from conftest import compile_fn
 from ptnumba_codegen.analysis.envelope import Fact, evaluate
 from ptnumba_codegen.as_written import envelope_guards
 from ptnumba_codegen.as_written.op import AsWritten, EnvelopeGuarded
+from ptnumba_codegen.passes.pass_errors import PassErrorWarning
 
 N, K = 12, 64
 RNG = np.random.default_rng(21)
@@ -209,6 +211,43 @@ def test_a_sum_of_positive_terms_keeps_its_lower_bound():
     x = pt.scalar("x")
     [fact] = evaluate([3.0 + pt.sqr(x)], {x: 100.0})
     assert 2.99 < fact.lo <= 3.0
+
+
+def test_the_log_of_a_zero_is_minus_infinity():
+    # libm's log(0) is -inf where math.log raises: an input the analysis bounds to [0, 0]
+    x = pt.vector("x")
+    [fact] = evaluate([pt.log(pt.sqr(x) * 0.0)], {x: 100.0})
+    assert fact == Fact(-math.inf, -math.inf, False)
+    [fact] = evaluate([pt.exp(pt.log(pt.sqr(x) * 0.0))], {x: 100.0})
+    assert fact.constant() == 0.0
+
+
+def log_of_zero_graph():
+    """A decision reading an opaque copy (a product of computed operands) and the log of a
+    value that is 0 (PyMC's Truncated logp at ``lower=0``, test_truncated_multiple_rngs)."""
+    X, b, y = pt.matrix("X", shape=(None, 8)), pt.vector("b", shape=(8,)), pt.vector("y")
+    eta = pt.sin(X * 3.0) @ b
+    ok = pt.le(pt.sigmoid(eta) + pt.exp(pt.log(pt.sqr(y) * 0.0)), 2.0)
+    return [X, b, y], [ok, pt.switch(ok, eta, 0.0).sum()]
+
+
+def test_a_decision_reading_the_log_of_a_zero_is_guarded():
+    # the analysis raised (math domain error): no guard, a PassErrorWarning, the copy
+    # recomputed at every call
+    with warnings.catch_warnings(), pytensor.config.change_flags(on_opt_error="raise"):
+        warnings.simplefilter("error", PassErrorWarning)
+        fn = compile_fn(*log_of_zero_graph(), "policy_default")
+    ref = compile_fn(*log_of_zero_graph(), "unoptimized_strict")
+    [guard] = guard_nodes(fn)
+    assert guard.op.outcomes == (True,)
+    rng = np.random.default_rng(4)
+    for X, b, y in [
+        (rng.normal(size=(5, 8)), rng.normal(size=8), rng.normal(size=5)),
+        (np.full((2, 8), 1e200), np.ones(8), np.zeros(2)),  # outside the box: the slow path
+    ]:
+        got, want = fn(X, b, y), ref(X, b, y)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
 
 
 def test_the_guard_pickles():

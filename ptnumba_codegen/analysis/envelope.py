@@ -189,8 +189,10 @@ def _log(ins):
     (a,) = ins
     if a.lo < 0:
         return UNKNOWN_FACT
+    # log(0) is -inf (math.log raises): an input that is at most 0 is 0 or NaN here
     lo = -INF if a.lo == 0 else math.log(a.lo)
-    return _widen(lo, math.log(a.hi) if math.isfinite(a.hi) else INF, a.nan)
+    hi = -INF if a.hi == 0 else math.log(a.hi) if math.isfinite(a.hi) else INF
+    return _widen(lo, hi, a.nan)
 
 
 def _pow(ins):

@@ -95,17 +95,21 @@ def record_mismatch_ir(context, builder, typed_values) -> None:
 
 class SpecifyShapeError(AssertionError):
     """A dimension differs from the one ``specify_shape`` names; ``args`` are
-    ``(dim, actual, expected)``, ``str()`` the message of PyTensor's numba backend."""
+    ``(dim, actual, expected)``, ``str()`` the message of PyTensor's numba backend.
+
+    Made from a message too: PyTensor's ``raise_with_op`` (``exception_verbosity`` medium
+    or high, PyMC's tests) raises ``type(err)(str(err) + details)``; ``str()`` is then that
+    message, as for stock's ``AssertionError``."""
 
     def __init__(self, dim, *rest):
-        if not rest and _MISMATCH[0] == dim:  # raised by a compiled check: its record
+        if not rest and isinstance(dim, int) and _MISMATCH[0] == dim:  # raised by a compiled check: its record
             rest = (_MISMATCH[1], _MISMATCH[2])
         super().__init__(dim, *rest)
 
     def __str__(self):
         if len(self.args) == 3:
             return "SpecifyShape: dim %d of input has shape %d, expected %d." % self.args
-        if len(self.args) == 1:  # no record for it (cannot happen from a compiled check)
+        if len(self.args) == 1 and isinstance(self.args[0], int):  # no record (not from a compiled check)
             return "SpecifyShape: dim %d of input does not have the specified shape." % self.args
         return super().__str__()
 

@@ -170,8 +170,8 @@ def pytest_report_header(config):
 
     policy = config._ptnumba_policy
     generator = (
-        f"ptnumba_codegen {ptnumba_codegen.__version__} (generator "
-        f"{ptnumba_codegen.GENERATOR_VERSION}): policy_codegen tagged 'numba' -> on in "
+        f"ptnumba_codegen {ptnumba_codegen.__version__} ({os.path.dirname(ptnumba_codegen.__file__)}, "
+        f"generator {ptnumba_codegen.GENERATOR_VERSION}): policy_codegen tagged 'numba' -> on in "
         "every numba mode"
     )
     policy_line = (
