@@ -128,11 +128,19 @@ def test_common_products_run_the_compact_call_and_the_rest_stocks(fns):
         (np.asfortranarray(rng.normal(size=(4, 3))), rng.normal(size=(3, 1))),  # gemv, column
         (rng.normal(size=(1, 3)), np.asfortranarray(rng.normal(size=(3, 5)))),  # gemv, row
         (rng.normal(size=(4, 0)), rng.normal(size=(0, 5))),  # zero contraction
+        # products with a dimension of 1, as a Kalman filter's step makes them
+        (rng.normal(size=(4, 1)), rng.normal(size=(1, 5))),  # outer product: gemm, K == 1
+        (rng.normal(size=(1, 3)), rng.normal(size=(3, 1))),  # 1 x 1: gemv, y the matrix
+        (rng.normal(size=(1, 6))[:, ::2], rng.normal(size=(3, 1))),  # 1 x 1, x typed 'A': x the matrix
+        (rng.normal(size=(1, 1)), rng.normal(size=(1, 5))),  # gemv, K == 1
+        (np.asfortranarray(rng.normal(size=(4, 1))), rng.normal(size=(1, 1))),  # gemv, K == 1, column
+        (rng.normal(size=(1, 6))[:, ::2], np.asfortranarray(rng.normal(size=(3, 5)))),  # gemv, row, x strided
+        (rng.normal(size=(1, 3)), rng.normal(size=(6, 1))[::2]),  # 1 x 1, y's stride 2 items: incx 2
     ]:
         fn(x, y)
     assert python_callbacks.calls(symbol) == before
-    fn(rng.normal(size=(4, 1)), rng.normal(size=(1, 5)))  # an outer product: stock's function
     fn(rng.normal(size=(4, 6))[:, ::2], rng.normal(size=(3, 5)))  # no unit stride: stock copies it
+    fn(rng.normal(size=(4, 3))[::-1], rng.normal(size=(3, 1)))  # a reversed axis: stock normalizes it
     assert python_callbacks.calls(symbol) == before + 2
 
 
@@ -166,14 +174,14 @@ x, y = pt.dmatrix("x"), pt.dmatrix("y")
 with pytensor.config.change_flags(numba__cache=True):
     fn = compile_fn([x, y], (x @ y.T) * 2.0, "policy_default")
 rng = np.random.default_rng(5)
-outs = [fn(rng.normal(size=(4, 3)), rng.normal(size=(5, 3))), fn(rng.normal(size=(4, 1)), rng.normal(size=(5, 1)))]
+outs = [fn(rng.normal(size=(4, 3)), rng.normal(size=(5, 3))), fn(rng.normal(size=(4, 6))[:, ::2], rng.normal(size=(5, 3)))]
 print("PROBE", " ".join(np.concatenate([o.ravel() for o in outs]).view(np.int64).astype(str)))
 """
 
 
 def test_a_process_loading_the_cached_function_binds_blas_and_the_slow_path(tmp_path):
     """The first process compiles onto an empty cache, the second loads the function: both
-    compute stock's bits, by the fast path (gemm) and the slow one (an outer product)."""
+    compute stock's bits, by the fast path (gemm) and the slow one (an operand without a unit stride)."""
     from pathlib import Path
 
     tests = Path(__file__).parent
@@ -183,7 +191,7 @@ def test_a_process_loading_the_cached_function_binds_blas_and_the_slow_path(tmp_
     x, y = pt.dmatrix("x"), pt.dmatrix("y")
     stock = compile_fn([x, y], (x @ y.T) * 2.0, "stock_strict")
     rng = np.random.default_rng(5)
-    outs = [stock(rng.normal(size=(4, 3)), rng.normal(size=(5, 3))), stock(rng.normal(size=(4, 1)), rng.normal(size=(5, 1)))]
+    outs = [stock(rng.normal(size=(4, 3)), rng.normal(size=(5, 3))), stock(rng.normal(size=(4, 6))[:, ::2], rng.normal(size=(5, 3)))]
     assert cold == "PROBE " + " ".join(np.concatenate([o.ravel() for o in outs]).view(np.int64).astype(str))
 
 
@@ -199,7 +207,7 @@ def test_the_product_is_lowered_into_its_caller():
     stock = Dot()(x, y).owner
     rng = np.random.default_rng(9)
     fast = [(rng.normal(size=(4, 3)), rng.normal(size=(3, 5))), (np.asfortranarray(rng.normal(size=(4, 3))), rng.normal(size=(3, 1)))]
-    slow = (rng.normal(size=(4, 1)), rng.normal(size=(1, 5)))  # an outer product
+    slow = (rng.normal(size=(4, 6))[:, ::2], rng.normal(size=(3, 5)))  # no unit stride: stock copies it
     warm_allocator()
     call = None
     with numba_compiles() as compiled:

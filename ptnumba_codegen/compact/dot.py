@@ -56,22 +56,25 @@ PRODUCTS = "pytensor.link.numba.dispatch.linalg.products:"
 MUST_INITIALIZE_Y_GEMV = "pytensor.tensor.blas._core:must_initialize_y_gemv"
 SCIPY_ROUTINES = ((BLAS_MODULE, "gemm"), (BLAS_MODULE, "gemv"))  # the calls of the product, by symbol
 
-# The calls the compact function makes itself, and why stock's `_gemm` makes the same call
-# there: for a C/F-typed operand it reads the typed layout (`_blas_operand_impl`), for an
-# 'A'-typed one it asks `_blas_operand_generic`, which for a C- or F-contiguous operand with
-# both dimensions >= 2 gives the same (transpose, leading dimension); `out` is a fresh
-# C-contiguous array, which both paths write as a row-major C (operands swapped). No axis
-# is reversed (a negative stride on a dimension > 1 goes to the slow path), so stock's
-# stride normalization changes nothing. Sizes are M = x rows, K = contracted, N = y columns.
+# The calls the compact intrinsic (`compact.dot_ir`) makes itself, and why stock's `_gemm`
+# makes the same call there: each operand's (transpose, leading dimension) is stock's
+# `_blas_operand`: the typed one where every array is typed C or F, else
+# `_blas_operand_generic` (stock's stride normalization types every operand 'A'); `out` is a fresh C-contiguous array, which both of stock's paths write as a
+# row-major C (operands swapped). No axis is reversed (a negative stride on a dimension > 1
+# goes to the slow path), so stock's stride normalization changes nothing. Sizes are
+# M = x rows, K = contracted, N = y columns. The compiled product (`_product_source`, for
+# other types) makes the gemm and gemv calls of M, N, K >= 2 and sends the rest to the
+# slow path.
 FAST_CASES = {
     "empty": "M == 0 or N == 0: stock returns the fresh output as it is",
     "zero contraction": "K == 0: stock writes zeros (C[:] = 0) and returns",
-    "gemm": "M, N, K >= 2, each operand readable in place (a unit stride and a leading "
+    "gemm": "M, N >= 2, each operand readable in place (a unit stride and a leading "
     "dimension): gemm(not y_trans, not x_trans, N, M, K, 1, y, ldy, x, ldx, 0, out, N)",
-    "gemv, column": "N == 1, M, K >= 2, x readable in place, y's stride along K a positive "
-    "multiple of the item size: gemv(x_trans, rows, cols, 1, x, ldx, y, incy, 0, out, 1)",
-    "gemv, row": "M == 1, N, K >= 2, y readable in place, x's stride along K a positive "
-    "multiple of the item size: gemv(not y_trans, rows, cols, 1, y, ldy, x, incx, 0, out, 1)",
+    "gemv, column": "N == 1 (and M >= 2 where every array is typed C or F: stock swaps the "
+    "operands for its row-major output first), x readable in place, y's stride along K a "
+    "positive multiple of the item size or K == 1: gemv(x_trans, rows, cols, 1, x, ldx, y, incy, 0, out, 1)",
+    "gemv, row": "M == 1 otherwise, y readable in place, x's stride along K a positive "
+    "multiple of the item size or K == 1: gemv(not y_trans, rows, cols, 1, y, ldy, x, incx, 0, out, 1)",
 }
 
 

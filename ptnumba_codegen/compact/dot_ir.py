@@ -10,12 +10,20 @@ allocation and the same calls:
 
 - ``out = np.empty((M, N))`` (C), stock's ``ValueError`` where the contracted lengths differ;
 - nothing more for an empty output; zeros for an empty contraction;
-- where no axis is reversed: gemm for M, N, K >= 2 and both operands readable in place
-  (`blas_operand`: stock's leading dimensions, 0 where stock would copy); gemv for a column
-  or row product, the matrix readable in place and the vector's stride a positive multiple
-  of the item size (the output zeroed first where PyTensor's gemv setting says);
+- where no axis is reversed: gemm for M, N >= 2 and both operands readable in place
+  (`_operand`: stock's ``_blas_operand``, by the operand's numba layout where every array
+  is typed C or F, else its generic choice; the leading dimension 0 where stock would copy); gemv where M or N is 1, the matrix readable in place
+  and, along a contraction longer than 1, the vector's stride a positive multiple of the
+  item size (the output zeroed first where PyTensor's gemv setting says). Which operand is
+  gemv's matrix follows stock's two paths: with every array typed C or F, stock swaps the
+  operands for its row-major output before choosing, so a 1 x 1 product takes y as the
+  matrix; with an 'A'-typed operand it takes x;
 - everywhere else stock's own function, through the same Python callback as the compiled
   product (`compact.dot.SlowPath`), with the layouts numba typed the operands with.
+
+Products with a dimension of 1 are what a state-space model's Kalman filter makes at every
+step of its `Scan` (one observed series: ``(1, k) @ (k, 1)``, ``(k, 1) @ (1, k)``); the
+Python callback there costs more than the step.
 
 The BLAS routines, their arguments (by pointer, ints as int32, flags as 'T'/'N') and the
 callback are `compact.dot`'s (`emit_blas_call`, `python_callbacks.emit_call`): the same calls,
@@ -56,6 +64,18 @@ def _blas_operand(builder, c, shape, strides):
     return builder.not_(has_column), builder.select(has_column, column_major, row_major)
 
 
+def _operand(builder, c, layout, shape, strides):
+    """Stock's ``_blas_operand`` for an operand it types ``layout``: a C array is its own
+    transpose with leading dimension max(1, columns), an F array is read as it is with
+    max(1, rows) (``_blas_operand_impl``); 'A' is the generic choice (`_blas_operand`)."""
+    i32 = ir.IntType(32)
+    if layout in ("C", "F"):
+        extent = shape[1] if layout == "C" else shape[0]
+        ld = builder.trunc(builder.select(builder.icmp_signed(">", extent, c["one"]), extent, c["one"]), i32)
+        return ir.Constant(ir.IntType(1), layout == "C"), ld
+    return _blas_operand(builder, c, shape, strides)
+
+
 def _fill_zero(context, builder, out_type, out, shape) -> None:
     with cgutils.loop_nest(builder, shape, context.get_value_type(types.intp)) as index:
         ni.store(context, builder, out_type, out, list(index), context.get_constant(types.int64, 0), types.int64)
@@ -83,6 +103,11 @@ def dot_intrinsic(dtype: str, zero_y_first: bool, slow_symbol: str, stock):
             c = {"item": ni.intp(context, context.get_abi_sizeof(context.get_value_type(nb_dtype))),
                  "one": ni.intp(context, 1), "zero": ni.intp(context, 0), "two": ni.intp(context, 2)}
             one, zero, two = c["one"], c["zero"], c["two"]
+            # stock's two paths: with every array typed C or F it reads each operand by its
+            # type; otherwise its stride normalization (slices in some branches) types every
+            # operand 'A', and each is read by `_blas_operand_generic`
+            typed_path = xty.layout in ("C", "F") and yty.layout in ("C", "F")
+            layouts = (xty.layout, yty.layout) if typed_path else ("A", "A")
             out = ni.new_array(context, builder, out_type, [M, N])
             out_shape = [M, N]
             with builder.if_then(builder.icmp_signed("!=", K2, K), likely=False):
@@ -111,12 +136,11 @@ def dot_intrinsic(dtype: str, zero_y_first: bool, slow_symbol: str, stock):
             builder.cbranch(reversed_axis, blocks["slow"], blocks["fast"])
 
             builder.position_at_end(blocks["fast"])
-            all_two = builder.and_(builder.and_(ge(M, two), ge(N, two)), ge(K, two))
-            builder.cbranch(all_two, blocks["gemm"], blocks["gemv_test"])
+            builder.cbranch(builder.and_(ge(M, two), ge(N, two)), blocks["gemm"], blocks["gemv_test"])
 
             builder.position_at_end(blocks["gemm"])
-            x_trans, ldx = _blas_operand(builder, c, [M, K], sx)
-            y_trans, ldy = _blas_operand(builder, c, [K, N], sy)
+            x_trans, ldx = _operand(builder, c, layouts[0], [M, K], sx)
+            y_trans, ldy = _operand(builder, c, layouts[1], [K, N], sy)
             i32_zero = ir.Constant(ir.IntType(32), 0)
             readable = builder.and_(builder.icmp_signed("!=", ldx, i32_zero), builder.icmp_signed("!=", ldy, i32_zero))
             builder.cbranch(readable, blocks["gemm_call"], blocks["slow"])
@@ -129,17 +153,22 @@ def dot_intrinsic(dtype: str, zero_y_first: bool, slow_symbol: str, stock):
             builder.branch(done)
 
             builder.position_at_end(blocks["gemv_test"])
-            column_case = builder.and_(eq(N, one), ge(M, two))
-            row_case = builder.and_(eq(M, one), ge(N, two))
-            builder.cbranch(builder.and_(ge(K, two), builder.or_(column_case, row_case)), blocks["gemv"], blocks["slow"])
+            builder.branch(blocks["gemv"])  # M or N is 1 (M, N >= 1 here)
 
             builder.position_at_end(blocks["gemv"])
+            # stock's "column" product (x the matrix, y the vector): N == 1, and with every
+            # array typed C or F (stock's operands swapped for its row-major output) M >= 2 too
             column = eq(N, one)
-            matrix_shape = [builder.select(column, a, b) for a, b in zip([M, K], [K, N], strict=True)]
-            matrix_strides = [builder.select(column, a, b) for a, b in zip(sx, sy, strict=True)]
+            if typed_path:
+                column = builder.and_(column, ge(M, two))
+            x_trans, ldx = _operand(builder, c, layouts[0], [M, K], sx)
+            y_trans, ldy = _operand(builder, c, layouts[1], [K, N], sy)
+            trans, ld = builder.select(column, x_trans, y_trans), builder.select(column, ldx, ldy)
+            # the vector's stride along the contraction: any, and passed as 1, for K == 1
             step = builder.select(column, sy[0], sx[1])
+            single = eq(K, one)
+            step = builder.select(single, c["item"], step)
             length = builder.select(column, M, N)
-            trans, ld = _blas_operand(builder, c, matrix_shape, matrix_strides)
             ok = builder.and_(builder.and_(builder.icmp_signed("!=", ld, i32_zero), gt(step, zero)),
                               eq(builder.srem(step, c["item"]), zero))
             builder.cbranch(ok, blocks["gemv_call"], blocks["slow"])
