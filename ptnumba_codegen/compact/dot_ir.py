@@ -12,8 +12,9 @@ allocation and the same calls:
 - nothing more for an empty output; zeros for an empty contraction;
 - where no axis is reversed: gemm for M, N >= 2 and both operands readable in place
   (`_operand`: stock's ``_blas_operand``, by the operand's numba layout where every array
-  is typed C or F, else its generic choice; the leading dimension 0 where stock would copy); gemv where M or N is 1, the matrix readable in place
-  and, along a contraction longer than 1, the vector's stride a positive multiple of the
+  is typed C or F, else its generic choice; the leading dimension 0 where stock would
+  copy); gemv where M or N is 1, the matrix readable in place and, along a contraction
+  longer than 1, the vector's stride a positive multiple of the
   item size (the output zeroed first where PyTensor's gemv setting says). Which operand is
   gemv's matrix follows stock's two paths: with every array typed C or F, stock swaps the
   operands for its row-major output before choosing, so a 1 x 1 product takes y as the
@@ -119,7 +120,7 @@ def dot_intrinsic(dtype: str, zero_y_first: bool, slow_symbol: str, stock):
             fn = builder.function
             done = fn.append_basic_block("dot.done")
             blocks = {name: fn.append_basic_block(f"dot.{name}") for name in
-                      ("nonempty", "zeros", "contracted", "fast", "gemm", "gemm_call", "gemv_test", "gemv", "gemv_call", "slow")}
+                      ("nonempty", "zeros", "contracted", "fast", "gemm", "gemm_call", "gemv", "gemv_call", "slow")}
             builder.cbranch(builder.or_(eq(M, zero), eq(N, zero)), done, blocks["nonempty"])
 
             builder.position_at_end(blocks["nonempty"])
@@ -136,7 +137,8 @@ def dot_intrinsic(dtype: str, zero_y_first: bool, slow_symbol: str, stock):
             builder.cbranch(reversed_axis, blocks["slow"], blocks["fast"])
 
             builder.position_at_end(blocks["fast"])
-            builder.cbranch(builder.and_(ge(M, two), ge(N, two)), blocks["gemm"], blocks["gemv_test"])
+            # M, N >= 2: gemm; otherwise M or N is 1 (neither is 0 here): gemv
+            builder.cbranch(builder.and_(ge(M, two), ge(N, two)), blocks["gemm"], blocks["gemv"])
 
             builder.position_at_end(blocks["gemm"])
             x_trans, ldx = _operand(builder, c, layouts[0], [M, K], sx)
@@ -151,9 +153,6 @@ def dot_intrinsic(dtype: str, zero_y_first: bool, slow_symbol: str, stock):
                 (N, intp), (M, intp), (K, intp), (y, yty), (ldy, i32), (x, xty), (ldx, i32), (out._getvalue(), out_type), (N, intp),
             ])
             builder.branch(done)
-
-            builder.position_at_end(blocks["gemv_test"])
-            builder.branch(blocks["gemv"])  # M or N is 1 (M, N >= 1 here)
 
             builder.position_at_end(blocks["gemv"])
             # stock's "column" product (x the matrix, y the vector): N == 1, and with every
