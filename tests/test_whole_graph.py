@@ -283,6 +283,48 @@ def test_indexed_kernels_with_vector_math_are_lowered_as_their_parts(monkeypatch
     assert {plan_node(n).kind for n in _indexed_fused(strict)} == {"stock_loop"}
 
 
+def test_scatter_adds_by_one_index_per_axis_are_lowered_as_their_parts(monkeypatch):
+    """A Student-t likelihood over ``mu[row, col]`` (a gather by two index vectors from a
+    matrix) and its gradient, a scatter-add of a vector into the matrix: the value has the
+    ndim of the region it writes, not its target's, and the inner graph runs as is, so the
+    kernel is lowered as its parts (the log1p vectorized). Repeated (row, col) pairs add
+    in order: the gradient equals the fused indexed loop's bit for bit, and stock strict's."""
+    from ptnumba_codegen.backend import indexed_parts
+    from ptnumba_codegen.backend.plans import plan_node
+
+    mu, y = pt.matrix("mu"), pt.vector("y")
+    row, col = pt.vector("row", dtype="uint8"), pt.vector("col", dtype="uint8")
+    z = (y - mu[row, col]) ** 2
+    logp = pt.switch(pt.gt(z, 1e-300), -3.5 * pt.log1p(z / 5.0), -np.inf).sum()
+    ins, outs = [mu, y, row, col], [logp, pytensor.grad(logp, mu)]
+    r = np.random.default_rng(11)
+    rowv, colv = r.integers(0, 3, 200).astype("uint8"), r.integers(0, 5, 200).astype("uint8")
+    rowv[:4], colv[:4] = 2, 4  # one cell written four times in a row
+    muv = r.normal(size=(3, 5))
+    yv = r.normal(size=200)
+    yv[7] = muv[rowv[7], colv[7]]  # z == 0: the comparison's other branch
+    vals = (muv, yv, rowv, colv)
+
+    fn = compile_fn(ins, outs, "policy_rewritten", cache_key="two_index_scatter")
+    [node] = _indexed_fused(fn)
+    [scatter] = [n for n in node.op.fgraph.apply_nodes if isinstance(n.op, indexed_parts.SCATTERS)]
+    assert scatter.inputs[1].type.ndim < scatter.inputs[0].type.ndim
+    assert plan_node(node).kind == "parts"
+    got = fn(*vals)
+    ref = compile_fn(ins, outs, "stock_strict", cache_key="two_index_scatter")(*vals)
+    assert got[0] == -np.inf and ref[0] == -np.inf
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-13)
+
+    monkeypatch.setattr(indexed_parts, "PARTS_WHEN", (*indexed_parts.PARTS_WHEN, (lambda op, body: False, "off")))
+    loop = compile_fn(ins, outs, "policy_rewritten", cache_key="two_index_scatter_unsplit")
+    assert {plan_node(n).kind for n in _indexed_fused(loop)} == {"stock_loop"}
+    np.testing.assert_array_equal(got[1], loop(*vals)[1])
+    yv[7] += 0.5  # no tie: every element on the likelihood's branch
+    ref_sum = compile_fn(ins, outs, "stock_strict", cache_key="two_index_scatter")(*vals)[0]
+    assert np.isfinite(ref_sum)
+    np.testing.assert_allclose(fn(*vals)[0], ref_sum, rtol=1e-13)
+
+
 def test_prod_without_zeros_reduction():
     from pytensor.tensor.math import ProdWithoutZeros
 

@@ -27,7 +27,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.basic import ScalarFromTensor
 from pytensor.tensor.elemwise import CAReduce, Elemwise
-from pytensor.tensor.subtensor import AdvancedIncSubtensor
+from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
 
 from ptnumba_codegen.analysis.classify import EXACT, output_needs
 from ptnumba_codegen.compact.ops import compact_op
@@ -49,8 +49,14 @@ def _scatters(op):
     return [n for n in op.fgraph.apply_nodes if isinstance(n.op, SCATTERS)]
 
 
-def values_have_their_targets_ndim(op) -> bool:
-    return all(n.inputs[1].type.ndim == n.inputs[0].type.ndim for n in _scatters(op))
+def _written_ndim(scatter) -> int:
+    """The ndim of the region ``scatter`` writes: ``target[indices]``'s."""
+    target, _value, *indices = scatter.inputs
+    return AdvancedSubtensor(idx_list=scatter.op.idx_list)(target, *indices).type.ndim
+
+
+def values_have_their_written_ndim(op) -> bool:
+    return all(n.inputs[1].type.ndim == _written_ndim(n) for n in _scatters(op))
 
 
 # why an indexed kernel is lowered as its parts: (predicate(op, planned body), reason); all must hold
@@ -61,10 +67,11 @@ PARTS_WHEN = (
         "its body calls vector functions, which the indexed loop would run one lane at a time",
     ),
     (
-        lambda op, body: values_have_their_targets_ndim(op),
-        "every scatter-add's value has its target's ndim: a write with non-indexed leading axes "
-        "has them moved right in the inner graph and the value padded by the fused loop only "
-        "(PyTensor's transpose_non_indexed_write_axes), so that inner graph does not run as is",
+        lambda op, body: values_have_their_written_ndim(op),
+        "every scatter-add's value has the ndim of the region it writes (one index per axis, or "
+        "one index and full trailing slices): a write with non-indexed leading axes has them "
+        "moved right in the inner graph and the value padded by the fused loop only (PyTensor's "
+        "transpose_non_indexed_write_axes), so that inner graph does not run as is",
     ),
 )
 
