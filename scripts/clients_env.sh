@@ -22,28 +22,11 @@ pins=("pymc==6.3.2" "pymc-marketing>=1.3,<1.4" "pymc-extras>=0.15,<0.16" "nutpie
 
 is_312() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 12) else 1)' >/dev/null 2>&1; }
 
-find_python() {
-    local c candidates=()
-    [ -n "${PYTHON:-}" ] && candidates+=("$PYTHON")
-    if command -v pyenv >/dev/null 2>&1; then
-        # pyenv's python3.12 shim only works with PYENV_VERSION set: use the binaries directly
-        for c in "$(pyenv root)"/versions/3.12*/bin/python3.12; do
-            [ -x "$c" ] && candidates+=("$c")
-        done
-    fi
-    candidates+=(python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12)
-    for c in "${candidates[@]}"; do
-        if command -v "$c" >/dev/null 2>&1 && is_312 "$c"; then
-            command -v "$c"; return 0
-        fi
-    done
-    echo "error: no Python 3.12 found (tried: ${candidates[*]}); set PYTHON=/path/to/python3.12" >&2
-    return 1
-}
+. scripts/find_python.sh
 
 if [ ! -x "$py" ] || ! is_312 "$py"; then
     rm -rf "$env_dir"
-    base=$(find_python)
+    base=$(find_python is_312)
     echo "creating $env_dir with $base ($("$base" --version))" >&2
     "$base" -m venv "$env_dir"
 fi
