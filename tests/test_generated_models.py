@@ -316,6 +316,40 @@ def test_json_round_trip_and_report(tmp_path, capsys):
     assert "SLOWER 1.20x" in capsys.readouterr().out
 
 
+def test_report_merges_the_parts_of_one_run(tmp_path, capsys):
+    """A run in ``--only`` parts reports as one: every model's rows and one summary over all
+    of them; parts of different runs, or repeating a model, are refused by name."""
+    args = _opts(tmp_path)
+    res = cb.run(args, run_one=_fake_runner([]))
+    data = json.loads(json.dumps(gb.to_json(res, args, _models()), default=str))
+
+    def part(names, name, **meta):
+        keep = set(names)
+        d = {**data, "meta": {**data["meta"], "models": list(names), **meta},
+             "cells": [c for c in data["cells"] if c["model"] in keep],
+             "reference": [r for r in data["reference"] if r["model"] in keep],
+             "generated": [g for g in data["generated"] if g["model"] in keep]}
+        path = tmp_path / name
+        path.write_text(json.dumps(d))
+        return str(path)
+
+    a, b = part(["g00", "g01"], "a.json"), part(["g02"], "b.json")
+    assert gb.main(["report", a, b]) == 0
+    merged = capsys.readouterr().out
+    assert gb.main(["report", str(part(["g00", "g01", "g02"], "all.json"))]) == 0
+    whole = capsys.readouterr().out
+    summary = [line for line in merged.splitlines() if line.startswith("# ") and "seed" not in line]
+    assert summary == [line for line in whole.splitlines() if line.startswith("# ") and "seed" not in line]
+    assert "# per call pd/stock > 1.10: 1 of 3 models (g00 1.20)" in summary
+
+    for bad, why in ((part(["g02"], "seed.json", seed=2), "meta['seed'] is 2"),
+                     (part(["g01"], "again.json"), "models ['g01'] are also in an earlier file")):
+        with pytest.raises(SystemExit):
+            gb.main(["report", a, bad])
+        err = capsys.readouterr().err
+        assert why in err and bad in err
+
+
 def test_nutpie_sample_spreads_over_the_models(tmp_path):
     names = [f"g{i:02d}" for i in range(10)]
     assert gb.nutpie_sample(names, 0) == []

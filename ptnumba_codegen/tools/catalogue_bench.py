@@ -894,15 +894,49 @@ def results_from_json(data: dict) -> Results:
     return res
 
 
+def merge_reports(parts: list[tuple[str, dict]]) -> dict:
+    """One ``--json`` file's data from several of one run's parts (``--only`` chunks of one
+    seed or catalogue): their models in order, every cell, reference and generated model.
+    Raises `ValueError` naming the file whose forms, backends, seed or catalogue differ
+    from the first's, or which repeats a model."""
+    (first_name, first), rest = parts[0], parts[1:]
+    merged = {**first, "meta": dict(first["meta"]), "cells": list(first["cells"]),
+              "reference": list(first["reference"]), "generated": list(first.get("generated", []))}
+    meta = merged["meta"]
+    meta["models"] = list(meta["models"])
+    for name, data in rest:
+        for key in ("forms", "backends", "seed", "catalogue", "source"):
+            if data["meta"].get(key) != meta.get(key):
+                raise ValueError(f"{name}: meta[{key!r}] is {data['meta'].get(key)!r}, "
+                                 f"{first_name} has {meta.get(key)!r}: not parts of one run")
+        if repeated := set(data["meta"]["models"]) & set(meta["models"]):
+            raise ValueError(f"{name}: models {sorted(repeated)} are also in an earlier file")
+        meta["models"] += data["meta"]["models"]
+        merged["cells"] += data["cells"]
+        merged["reference"] += data["reference"]
+        merged["generated"] += data.get("generated", [])
+        if data["meta"].get("reproduce") and data["meta"]["reproduce"] != meta.get("reproduce"):
+            meta["reproduce"] = f"{meta.get('reproduce')}; {data['meta']['reproduce']}"
+    return merged
+
+
 def read_report(argv, prog: str) -> tuple[dict, Results, bool]:
-    """The ``report`` command's file (its one argument, a ``--json`` file): its data, its
-    `Results` over the models that have run, and whether it has nutpie runs."""
-    p = argparse.ArgumentParser(prog=prog, description="Print the tables and summaries of a --json file again "
-                                "(the models it has so far, for an interrupted run).")
-    p.add_argument("json_file")
+    """The ``report`` command's files (``--json`` files of one run, or of its ``--only``
+    parts): their data, their `Results` over the models that have run, and whether it has
+    nutpie runs."""
+    p = argparse.ArgumentParser(prog=prog, description="Print the tables and summaries of --json files again "
+                                "(the models they have so far, for an interrupted run; several files of one "
+                                "run's --only parts are reported as one).")
+    p.add_argument("json_files", nargs="+", metavar="json_file")
     a = p.parse_args(argv)
-    with open(a.json_file) as fh:
-        data = json.load(fh)
+    parts = []
+    for name in a.json_files:
+        with open(name) as fh:
+            parts.append((name, json.load(fh)))
+    try:
+        data = merge_reports(parts)
+    except ValueError as err:
+        p.error(str(err))
     res = results_from_json(data)
     done = {m for (_, m, _) in res.cells} | {m for (_, m) in res.reference}
     res.models = [m for m in res.models if m in done]
