@@ -1,8 +1,10 @@
 """Where one cold (or warm) compile of a catalogue model goes: exclusive seconds per section.
 
     PYTHONPATH=. .venv/bin/python scripts/cold_compile_breakdown.py CATALOGUE MODEL BACKEND [--warm] [--json FILE]
+    PYTHONPATH=. .venv/bin/python scripts/cold_compile_breakdown.py generated:SEED gNN BACKEND ...
 
-Builds MODEL of the catalogue checkout CATALOGUE (`tools.catalogue_bench`), compiles its
+Builds MODEL of the catalogue checkout CATALOGUE (`tools.catalogue_bench`), or the generated
+model gNN of a seed (`tools.generated_models`, CATALOGUE given as ``generated:SEED``), compiles its
 logp+dlogp under BACKEND (`stock_fast`, `policy_default`, ...) with PyTensor's numba cache
 in a fresh empty directory and calls it once (a *cold* compile), with timers around
 PyTensor's rewrites (`FunctionMaker.prepare_fgraph`), the rewritten graph kept on disk
@@ -221,16 +223,15 @@ def main(argv=None) -> int:
         subprocess.run([sys.executable, __file__, args.catalogue, args.model, args.backend, "--cache-dir", cache_dir],
                        check=True, stdout=subprocess.DEVNULL)
     from ptnumba_codegen.tools import catalogue_bench as cb
+    from ptnumba_codegen.tools.generated_bench import named_source
 
-    entry = cb.discover(args.catalogue)[args.model]
-    recipe = cb.load_recipe(args.catalogue)
+    source = named_source(args.catalogue, args.model)
     if not args.warm:  # first-build costs (imports) are not a cold compile's; a warm one is the bench worker's
-        cb.build(args.catalogue, entry, "original")
+        source.build("original")
     install()
     cpu0 = time.process_time()
     _push("other (model, gradient, graph, linker)")
-    c = cb.compile_catalogue_model(args.catalogue, entry, "original", args.backend,
-                                   cache_dir=cache_dir, recipe=recipe)
+    c = cb.compile_source_model(source, "original", args.backend, cache_dir=cache_dir)
     _pop()
     cpu = time.process_time() - cpu0
     fgraph = getattr(getattr(c.fn, "maker", None), "fgraph", None)

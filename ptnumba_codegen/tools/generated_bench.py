@@ -55,6 +55,18 @@ def source_model(spec: dict, recipe=None) -> cb.SourceModel:
     return cb.SourceModel(g.name, False, build, recipe or gm.logp_dlogp_fn)
 
 
+def named_source(where: str, model: str) -> cb.SourceModel:
+    """A model by name for the measurement scripts: ``gNN`` of a seed when ``where`` is
+    ``generated:SEED``, else the catalogue model ``model`` of the checkout ``where``."""
+    if where.startswith("generated:"):
+        seed = where.split(":", 1)[1]
+        if not seed.isdigit() or not model.startswith("g") or not model[1:].isdigit():
+            raise ValueError(f"generated models are named gNN of an integer seed: got {where!r} {model!r}")
+        g, _rejected = gm.accept(int(seed), int(model[1:]))
+        return source_model({"generated": g.source()})
+    return cb.catalogue_model(where, cb.discover(where)[model], cb.load_recipe(where))
+
+
 def fresh_seed() -> int:
     """A seed from the clock (short enough to type back)."""
     return time.time_ns() // 1000 % 1_000_000
