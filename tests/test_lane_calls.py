@@ -28,13 +28,15 @@ FUNCS = {
     "cos": pt.cos,
     "softplus": pt.softplus,
     "sigmoid": pt.sigmoid,
+    "erf": pt.erf,
+    "erfc": pt.erfc,  # a probit link's comparison cone
 }
 
 
 def _values():
     special = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, 709.78, 709.79, -745.2, -745.1]
     edges = []
-    for e in (-37.0, 18.0, 33.3, 1e-5, -1.0, 1.0):
+    for e in (-37.0, 18.0, 33.3, 1e-5, -1.0, 1.0, 0.84375, 1.25, 6.0, 28.0, -6.0):  # and erf's/erfc's
         edges += [np.nextafter(e, -np.inf), e, np.nextafter(e, np.inf)]
     rng = np.random.default_rng(3)
     rand = np.concatenate([rng.standard_normal(3000) * 20, rng.uniform(-1, 1, 1000)])
@@ -72,7 +74,7 @@ def test_decisions_on_lane_calls_equal_stock_strict_at_ties():
         assert np.array_equal(got[k], want[k]), name
     assert len(policy_nodes(fn)) == 1  # one kernel: the cones and the vector call
     ir = final_ir(fn)
-    for sym in ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos"):
+    for sym in ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf", "erfc"):
         kind = "exact" if exact_available(sym, "float64") else "lanes"  # exact_lanes: libm's exp on vectors
         assert re.search(rf"<\d+ x double> @ptnumba_{kind}\d+_{sym}\(", ir), f"{sym} is not called in a vector loop"
 

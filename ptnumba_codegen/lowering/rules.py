@@ -553,8 +553,8 @@ RULES: dict[type, Rule] = {
     psm.GammaLn: vector_form(_compiled_or_in_ir(_lgamma), ("lgamma",), None, lgamma_formula, int_inputs=True),
     psm.Psi: vector_form(_cython, ("digamma",), None, digamma_formula, int_inputs=True),
     psm.TriGamma: vector_form(_cython, ("trigamma",), None, trigamma_formula, int_inputs=True),
-    psm.Erf: vector_form(_compiled_or_in_ir(_erf), ("erf",), None, erf_formula),
-    psm.Erfc: vector_form(_compiled_or_in_ir(_erfc), ("erfc",), None, erfc_formula),
+    psm.Erf: vector_form(_compiled_or_in_ir(_erf), ("erf",), None, erf_formula, exact=_lanes("erf")),
+    psm.Erfc: vector_form(_compiled_or_in_ir(_erfc), ("erfc",), None, erfc_formula, exact=_lanes("erfc")),
     # emitted inline, its inner graph planned like a kernel body by the planner in the
     # rule's context (`Typed.bodies`)
     ScalarLoop: Rule(plan_scalar_loop, "scalar_loop", multi_output=True),

@@ -1,7 +1,7 @@
 """Lane calls: scalar libm, callable from a vectorized loop, with libm's bits in every lane.
 
 A loop whose body calls a plain libm function (``log1p`` in a comparison cone, stock's
-softplus) does not vectorize at all: LLVM's loop vectorizer refuses a call it has no vector
+softplus, ``erfc`` in a probit link's comparison cone) does not vectorize at all: LLVM's loop vectorizer refuses a call it has no vector
 form for. The rest of the body then runs one element at a time, and every libmvec or
 package vector function in it (outside the cone) does a whole vector's work for one
 element (slower than stock; CHANGELOG.md, "Lane calls").
@@ -21,8 +21,8 @@ body of lane calls alone then pays (``pays_alone``).
 
 ``LIBM`` maps the function names of the rule table to libm's symbols, exactly those numba
 lowers the stock ufunc loops to (``llvm.exp`` / ``llvm.log`` / ``llvm.sin`` / ``llvm.cos``
-become libm's ``exp``, ``log``, ``sin``, ``cos`` calls; ``log1p``, ``expm1``, ``tanh`` are
-external calls already), so ``strict`` stays stock strict bit for bit (tests/test_all_scalar_ops,
+become libm's ``exp``, ``log``, ``sin``, ``cos`` calls; ``log1p``, ``expm1``, ``tanh``, and for
+float64 ``erf`` and ``erfc`` (`formula_ir`), are external calls already), so ``strict`` stays stock strict bit for bit (tests/test_all_scalar_ops,
 the fuzzer). ``STOCK_FORMULAS`` are stock's own formulas (``formulas.py``) written on lane
 calls, same operations in the same order, with selects where stock branches.
 """
@@ -47,6 +47,8 @@ LIBM: dict[str, tuple[str, str]] = {
     "sin": ("sinf", "sin"),
     "cos": ("cosf", "cos"),
     "pow": ("powf", "pow"),
+    "erf": ("erff", "erf"),
+    "erfc": ("erfcf", "erfc"),
 }
 # libm functions of two arguments (the others take one)
 ARITY = {"pow": 2}
@@ -163,11 +165,23 @@ def _pow(m: LaneMath, x, y):
     return m.call("pow", x, y)
 
 
+def _erf(m: LaneMath, x):
+    # formulas._erf: math.erf, libm's erf for float64 (formula_ir: mathimpl.erf_impl)
+    return m.call("erf", x)
+
+
+def _erfc(m: LaneMath, x):
+    # formulas._erfc: math.erfc, libm's erfc for float64 (formula_ir: mathimpl.erfc_impl)
+    return m.call("erfc", x)
+
+
 # op name -> (libm functions it calls, its stock formula on lane calls)
 STOCK_FORMULAS = {
     "sigmoid": (("exp",), _sigmoid),
     "softplus": (("exp", "log1p"), _softplus),
     "pow": (("pow",), _pow),
+    "erf": (("erf",), _erf),
+    "erfc": (("erfc",), _erfc),
 }
 
 
