@@ -71,7 +71,7 @@ def parse_args(argv):
     ap.add_argument("--timeout", type=float, help="seconds after which a session is stopped (counts as not run)")
     ap.add_argument("--shared-cache", action="store_true",
                     help="use PyTensor's usual compile directory instead of a fresh one per session")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # FOLDER, options, then files: as a user types them
     args.pytest_args = extra
     if not args.folder.is_dir():
         ap.error(f"{args.folder}: not a directory")
