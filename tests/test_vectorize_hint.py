@@ -45,10 +45,13 @@ def test_a_loop_writing_in_place_through_run_time_strides_gets_no_hint():
 def test_a_body_calling_what_the_vectorizer_cannot_widen_gets_no_hint():
     """lgamma, scalar (a strict cone: no vector formula, no lane form), is a libm call
     by name LLVM has no vector form of: the loop stays scalar, so no hint, for this reason
-    alone; exp's scalar form (an LLVM intrinsic) keeps it."""
+    alone; exp's scalar form (an LLVM intrinsic) keeps it, and so does a strict erf, a
+    lane call (libm per lane) in a body with vector calls, opaque only without them."""
     f64 = types.float64
     assert RULES[psm.GammaLn](Typed((f64,), (f64,))).opaque_call
-    assert RULES[psm.Erf](Typed((f64,), (f64,))).opaque_call
+    erf = RULES[psm.Erf](Typed((f64,), (f64,)))
+    assert not erf.opaque_call and erf.label == "libm lanes erf (float64)"
+    assert erf.without_lanes.opaque_call
     assert not RULES[psm.Sigmoid](Typed((f64,), (f64,))).opaque_call
     spec = LoopSpec(ndim=1, input_bc=((False,),), output_bc=((False,),), output_dtypes=("float64",))
     facts = HintFacts(spec, vector_calls=True, opaque_calls=True)
