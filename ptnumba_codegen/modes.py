@@ -6,7 +6,8 @@
 | ``policy_as_written_inline`` | 48.95 | `InlineAsWritten`: puts elementwise frozen copies back, once no rewrite changes values any more |
 | ``policy_gather_copies`` | 99.99 | `GatherCopies`: a gather read by several elementwise kernels gets a copy for each, which PyTensor's fusion (100) takes into it (`ptnumba_codegen.passes.gather_copies`) |
 | ``policy_swap_compact`` | 100.4 | `SwapCompact`: stock ops swapped for their compact ops, which compile in a fraction of the time (`ptnumba_codegen.passes.swap_compact`, `ptnumba_codegen.compact`) |
-| ``policy_kernels`` | 100.5 (last) | `PolicyCodegen`: hands every kernel node to the generator (`ptnumba_codegen.passes.policy_codegen`) |
+| ``policy_kernels`` | 100.5 | `PolicyCodegen`: hands every kernel node to the generator (`ptnumba_codegen.passes.policy_codegen`) |
+| ``policy_scalar_writes`` | 100.6 (last) | `ScalarWrites`: an array update from a native scalar reads the scalar, not a 0-d array made for it (`ptnumba_codegen.passes.scalar_writes`) |
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from ptnumba_codegen.passes.swap_compact import NAME as SWAP_COMPACT_NAME
 from ptnumba_codegen.passes.swap_compact import POSITION as SWAP_COMPACT_POSITION
 from ptnumba_codegen.passes.swap_compact import SwapCompact
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
+from ptnumba_codegen.passes.scalar_writes import NAME as SCALAR_WRITES_NAME
+from ptnumba_codegen.passes.scalar_writes import POSITION as SCALAR_WRITES_POSITION
+from ptnumba_codegen.passes.scalar_writes import ScalarWrites
 from ptnumba_codegen.passes.rewritten_graphs import CachedRewriteSequence
 from ptnumba_codegen.policy import Policy, load_policy
 
@@ -36,10 +40,10 @@ INLINE_NAME = "policy_as_written_inline"
 AS_WRITTEN = AsWrittenPass()
 KERNELS = PolicyCodegen()
 REGISTERED = {AS_WRITTEN_NAME: AS_WRITTEN, INLINE_NAME: InlineAsWritten(), GATHER_COPIES_NAME: GatherCopies(),
-              SWAP_COMPACT_NAME: SwapCompact(), KERNELS_NAME: KERNELS}
+              SWAP_COMPACT_NAME: SwapCompact(), KERNELS_NAME: KERNELS, SCALAR_WRITES_NAME: ScalarWrites()}
 _POSITIONS = {AS_WRITTEN_NAME: AS_WRITTEN_POSITION, INLINE_NAME: INLINE_POSITION,
               GATHER_COPIES_NAME: GATHER_COPIES_POSITION, SWAP_COMPACT_NAME: SWAP_COMPACT_POSITION,
-              KERNELS_NAME: POSITION}
+              KERNELS_NAME: POSITION, SCALAR_WRITES_NAME: SCALAR_WRITES_POSITION}
 for _name, _rewriter in REGISTERED.items():
     optdb.register(_name, _rewriter, TAG, position=_POSITIONS[_name])
 # Every sequence optdb builds: PyTensor's own, unless it runs a policy pass, whose rewritten
@@ -73,4 +77,5 @@ def policy_mode(policy: str | Policy | None = None, optimizer: str = "fast_run")
         (GatherCopies(), GATHER_COPIES_POSITION),
         (SwapCompact(), SWAP_COMPACT_POSITION),
         (PolicyCodegen(resolved), POSITION),
+        (ScalarWrites(), SCALAR_WRITES_POSITION),
     )

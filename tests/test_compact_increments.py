@@ -5,7 +5,7 @@ without a step) and integer indices, with updates of the target's shape, of leng
 a dimension (statically and only at run time) and of lower rank: the compact function
 returns stock's array bit for bit and of stock's numba type, raises stock's error with
 stock's message where the update does not broadcast, and compiles no ``np.broadcast_to``.
-A 0-d update keeps the stock op, and a PyTensor source without the line keeps stock's
+A 0-d update is lowered too (stock's ``y.item()``), and a PyTensor source without the line keeps stock's
 function.
 """
 

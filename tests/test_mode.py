@@ -25,10 +25,10 @@ def elemwise_nodes(fn):
 
 def test_tag_is_only_policy_codegen():
     from ptnumba_codegen.modes import (AS_WRITTEN_NAME, GATHER_COPIES_NAME, INLINE_NAME, KERNELS_NAME,
-                                       SWAP_COMPACT_NAME)
+                                       SCALAR_WRITES_NAME, SWAP_COMPACT_NAME)
 
     ours = {KERNELS_NAME: "PolicyCodegen", AS_WRITTEN_NAME: "AsWrittenPass", INLINE_NAME: "InlineAsWritten",
-            GATHER_COPIES_NAME: "GatherCopies", SWAP_COMPACT_NAME: "SwapCompact"}
+            GATHER_COPIES_NAME: "GatherCopies", SWAP_COMPACT_NAME: "SwapCompact", SCALAR_WRITES_NAME: "ScalarWrites"}
     assert set(optdb.__db__["policy_codegen"]) == {optdb[name] for name in ours}
     for name, cls in ours.items():
         tags = {t for t, names in optdb.__db__.items() if optdb[name] in names}
@@ -39,8 +39,10 @@ def test_tag_is_only_policy_codegen():
         if name not in ours
         and any(optdb[name] in optdb.__db__.get(tag, ()) for tag in ("fast_run", "numba", "minimum_compile"))
     ]
-    # the kernels after everything the numba linker runs (the numba fusions sit at 100)
+    # the kernels after everything the numba linker runs (the numba fusions sit at 100), the
+    # scalar writes after the kernels (the whole-graph analysis has seen the increments)
     assert optdb.__position__[KERNELS_NAME] > max(numba_positions)
+    assert optdb.__position__[SCALAR_WRITES_NAME] > optdb.__position__[KERNELS_NAME]
     # the as-written pass after OpFromGraph inlining (-0.01), before everything else
     assert optdb.__position__["inline_ofg_expansion"] < optdb.__position__[AS_WRITTEN_NAME]
     assert optdb.__position__[AS_WRITTEN_NAME] < min(p for p in numba_positions if p > -0.01)

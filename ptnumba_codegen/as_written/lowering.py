@@ -58,6 +58,8 @@ from ptnumba_codegen.runtime import python_callbacks
 from ptnumba_codegen.passes.swap_compact import POSITION as SWAP_COMPACT_POSITION
 from ptnumba_codegen.passes.swap_compact import SwapCompact
 from ptnumba_codegen.passes.policy_codegen import POSITION, TAG, PolicyCodegen
+from ptnumba_codegen.passes.scalar_writes import POSITION as SCALAR_WRITES_POSITION
+from ptnumba_codegen.passes.scalar_writes import ScalarWrites
 
 # The node types of an inner graph the generator compiles: elementwise kernels, and
 # reductions (under ``strict`` they accumulate in the stock kernel's order, with its
@@ -85,6 +87,8 @@ INNER_REWRITES = {
     "swap_compact": "a stock op with a compact op (SpecifyShape, Split, Dot, DimShuffle, ...) becomes "
     "the same op in a function that compiles in a fraction of the time (passes.swap_compact): the same "
     "checks and texts, the same views, the same BLAS calls (the same bits)",
+    "scalar_writes": "an increment whose update is TensorFromScalar(s) reads s itself "
+    "(passes.scalar_writes): the same store of the same value, no 0-d array in between",
     "inline_symbolic_ops": "Softmax, LogSoftmax, LogSumExp, ... (the ops PyTensor's own "
     "inline_symbolic_for_fusion inlines; not every SymbolicOp: AllocDiag's expansion never "
     "settled, growing a structural-equation model's copy without bound): the reference runs "
@@ -134,6 +138,7 @@ def inner_mode(policy: Policy, outer_pools: tuple[str, ...] = ()) -> Mode:
             (FusionOptimizer(), FUSION_POSITION),
             (SwapCompact(), SWAP_COMPACT_POSITION),
             (PolicyCodegen(inner_policy(policy), kinds=GENERATED_KINDS, outer_pools=outer_pools), POSITION),
+            (ScalarWrites(), SCALAR_WRITES_POSITION),
         )
     )
 

@@ -81,7 +81,8 @@ def increment_intrinsic(idx_list: tuple, inplace: bool, set_instead: bool, n_ind
     - ``target = z[indices]``: numba's basic indexing with stock's bounds check
       (`compact.subtensor.index_into`);
     - an array ``y``: `CHECK`'s tests on its shape, with numba's messages; a 0-d ``y``:
-      its item, read once (stock's ``y.item()``);
+      its item, read once (stock's ``y.item()``); a native scalar ``y`` (the update of
+      `compact.scalar_writes`): that value, as the item of the 0-d array it stands for;
     - stock's loop nest over the target, C order (none for an element, stock's
       ``z[indices] += y.item()``), each element loaded, ``+=`` as numba lowers it for the
       two dtypes (``operator.iadd``'s implementation, then the store's cast) or ``=`` (the
@@ -95,8 +96,15 @@ def increment_intrinsic(idx_list: tuple, inplace: bool, set_instead: bool, n_ind
 
     def typer(typingctx, arg_types):
         xty, yty, scalar = arg_types[0], arg_types[1], arg_types[2:]
-        if not (isinstance(xty, types.Array) and isinstance(yty, types.Array)) or len(scalar) != n_indices:
+        if not (isinstance(xty, types.Array) and isinstance(yty, types.Array | types.Number)) or len(scalar) != n_indices:
             return None
+        if isinstance(yty, types.Number):  # a native scalar update (`compact.scalar_writes`): a 0-d one's item
+            if y_static:
+                return None
+            yty = types.Array(yty, 0, "C", readonly=True)
+            native = True
+        else:
+            native = False
         if yty.ndim != len(y_static) or (inplace and not xty.mutable):
             return None
         zty = xty if inplace else xty.copy(layout="F" if xty.layout == "F" else "C", readonly=False)
@@ -128,11 +136,11 @@ def increment_intrinsic(idx_list: tuple, inplace: bool, set_instead: bool, n_ind
             x, y = args[0], args[1]
             z = x if inplace else arrayobj._array_copy(context, builder, zty(xty), [x])
             _, data, shape, strides = index_into(context, builder, zty, z, index, args[2:])
-            ys = ni.array_struct(context, builder, yty, y)
+            ys = None if native else ni.array_struct(context, builder, yty, y)
             if tty.ndim == 0:
-                store(context, builder, data, ni.load(context, builder, yty, ys, []))
+                store(context, builder, data, y if native else ni.load(context, builder, yty, ys, []))
             elif yty.ndim == 0:
-                item = ni.load(context, builder, yty, ys, [])
+                item = y if native else ni.load(context, builder, yty, ys, [])
                 with cgutils.loop_nest(builder, shape, context.get_value_type(types.intp)) as loop:
                     store(context, builder, cgutils.get_item_pointer2(context, builder, data, shape, strides, tty.layout, loop), item)
             else:
