@@ -1,6 +1,7 @@
 """Under ``default`` (and ``rewritten``), an element's value depends only on its inputs and
 its expression: not on a `Composite`'s input order, on what else the kernel computes, nor
-on where the element sits (array length, offset, stride, vector body or remainder).
+on where the element sits (array length, offset, stride, vector body or remainder); and a
+transcendental with exact lanes has libm's bits whether a decision reads it or not.
 
 An element's arithmetic gets neither ``reassoc`` (LLVM orders a chain by argument rank,
 and orders a vector body and its scalar remainder differently), nor ``contract`` (an FMA
@@ -122,6 +123,30 @@ def test_an_expression_has_its_bits_whatever_else_the_kernel_computes(policy):
         f_alone = pytensor.function([a, b, c, d], alone, mode=mode, on_unused_input="ignore")
         f_beside = pytensor.function([a, b, c, d], beside, mode=mode, on_unused_input="ignore")
         assert same_bits(f_alone(*values), f_beside(*values)[0]), alone
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_transcendental_has_libms_bits_in_a_cone_and_out_of_it(policy):
+    """``log``, ``exp`` and ``pow`` (float64, exact lanes: libm's algorithm as vector code)
+    in a decision's cone (strict: libm's bits) and in a kernel no decision reads give the
+    same bits: which kernel fusion put a value in does not change it (PyMC's
+    ``test_measurable_dimshuffle`` compares a logp computed beside its support checks with
+    the same logp computed alone). Every value is stock strict's."""
+    x, y = pt.vectors("x", "y")
+    mode = ptnumba_codegen.policy_mode(policy)
+    with pytensor.config.change_flags(numba__fastmath=False):
+        strict = Mode(linker="numba", optimizer=None)
+    rng = np.random.default_rng(3)
+    xv, yv = rng.uniform(0.05, 3.0, 4099), rng.uniform(-3.0, 3.0, 4099)
+    for value in (pt.log(x), pt.exp(y), x**y):
+        in_cone = pytensor.function([x, y], [value * 1.5, pt.ge(value, 1.0)], mode=mode, on_unused_input="ignore")
+        alone = pytensor.function([x, y], value * 1.5, mode=mode, on_unused_input="ignore")
+        with pytensor.config.change_flags(numba__fastmath=False):
+            want = pytensor.function([x, y], value * 1.5, mode=strict, on_unused_input="ignore")(xv, yv)
+        labels = ptnumba_codegen.explain(alone)
+        assert "libm lanes" in labels and "libmvec" not in labels, labels
+        assert same_bits(in_cone(xv, yv)[0], alone(xv, yv)), value
+        assert same_bits(alone(xv, yv), want), value
 
 
 _OPS = {

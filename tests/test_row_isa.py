@@ -59,9 +59,9 @@ def test_kernel_isa_only_narrows(monkeypatch):
     assert isa.target_isa() == "e"
 
 
-def _rows(length):
+def _rows(length, function=pt.log):
     x = pt.tensor("x", shape=(None, length))
-    y = pt.log(x) * 2.0
+    y = function(x) * 2.0
     return [x], [y, y.sum(axis=1)]
 
 
@@ -75,8 +75,8 @@ def _callers(ir: str, pattern: str) -> list[str]:
     return found
 
 
-def _compiled_ir(length) -> str:
-    fn = compile_fn(*_rows(length), "policy_default", cache_key=f"row_isa_{length}", inspect_ir=True)
+def _compiled_ir(length, function=pt.log) -> str:
+    fn = compile_fn(*_rows(length, function), "policy_default", cache_key=f"row_isa_{length}_{function}", inspect_ir=True)
     fn(np.ones((3, length)))  # numba compiles at the first call
     return final_ir(fn)
 
@@ -86,15 +86,17 @@ needs_avx512 = pytest.mark.skipif(isa.host_isa() != "e", reason="an AVX-512 host
 
 @needs_avx512
 def test_a_row_of_12_calls_avx2s_variant_only():
-    """The final optimized IR: the (n, 12) kernel calls the 4-lane variant (and its
-    wrapper), never the 8-lane one; a (n, 16) kernel keeps the 8-lane one.
+    """The final optimized IR: the (n, 12) kernel calls libmvec's 4-lane variant (and its
+    wrapper), never the 8-lane one; a (n, 16) kernel keeps the 8-lane one (log1p: float64
+    log has exact lanes, narrowed the same way).
     (tests/test_vector_math.py::test_a_short_inner_axis_with_reductions_is_vectorized: the
     Cox kernel's loop calls no scalar wrapper at all.)"""
-    ir = _compiled_ir(12)
-    assert _callers(ir, r"call [^\n]*<4 x double> @_ZGVdN4v_log\("), "no 4-lane log call"
-    assert not _callers(ir, r"@_ZGVeN8v_log\(|@ptnumba_mvec_log_e\(")
-    wide = _compiled_ir(16)
-    assert _callers(wide, r"call [^\n]*<8 x double> @_ZGVeN8v_log\(")
+    ir = _compiled_ir(12, pt.log1p)
+    assert _callers(ir, r"call [^\n]*<4 x double> @_ZGVdN4v_log1p\("), "no 4-lane log1p call"
+    assert not _callers(ir, r"@_ZGVeN8v_log1p\(|@ptnumba_mvec_log1p_e\(")
+    wide = _compiled_ir(16, pt.log1p)
+    assert _callers(wide, r"call [^\n]*<8 x double> @_ZGVeN8v_log1p\(")
+    assert "ptnumba_exact4_log" in _compiled_ir(12) and "ptnumba_exact8_log" not in _compiled_ir(12)
 
 
 def _ulps(a, b):

@@ -41,7 +41,7 @@ from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 from pytensor.scalar.loop import ScalarLoop
 
-from ptnumba_codegen.flags import PYTENSOR_FLAGS
+from ptnumba_codegen.flags import LIBM_BITS_KEPT_UNDER, PYTENSOR_FLAGS
 from ptnumba_codegen.lowering.base import BodyLowering, Emitter, Rule, Typed, Unsupported, numba_type, typing_context
 from ptnumba_codegen.lowering.base import cast as _cast
 from ptnumba_codegen.lowering.cython_calls import cython_function, plan_cython_call
@@ -160,7 +160,11 @@ def ufunc(np_ufunc, vector: str | None = None) -> Rule:
         kernel = _mangled(table[loop.ufunc_sig])
         sig = numba.core.typing.signature(loop.outputs[0], *loop.inputs)
         vdtype = vector and vector_dtype(t, vector, (*loop.inputs, *loop.outputs))
-        ldtype = None if vdtype or not vector or t.flags else lane_dtype(vector, (*loop.inputs, *loop.outputs))
+        ldtype = vector and lane_dtype(vector, (*loop.inputs, *loop.outputs))
+        if ldtype and exact_available(LIBM[vector][ldtype == "float64"], ldtype) and set(t.flags) <= LIBM_BITS_KEPT_UNDER:
+            vdtype = None  # libm's bits as vector code: the element's value in every kernel, cone or not
+        elif vdtype or t.flags:
+            ldtype = None
 
         def emit_with(lanes, vectors=True):
             def emit(context, builder, args, flags):

@@ -17,7 +17,11 @@ A lane call gives such a call a vector form that computes nothing differently:
 
 Where `exact_lanes` has libm's algorithm on vectors (glibc's ``exp``), the variant is that
 code instead of a per-lane loop: the call itself vectorizes, with the same bits, and a
-body of lane calls alone then pays (``pays_alone``).
+body of lane calls alone then pays (``pays_alone``). Such lanes are also taken outside the
+comparison cones, in place of libmvec, wherever the instruction's flags keep libm's bits
+(`flags.LIBM_BITS_KEPT_UNDER`, the ``default`` transcendental class): an element's ``log(x)``
+then has the same bits in a cone's strict kernel and in any other kernel fusion puts it in,
+as under stock, where every kernel calls libm.
 
 ``LIBM`` maps the function names of the rule table to libm's symbols, exactly those numba
 lowers the stock ufunc loops to (``llvm.exp`` / ``llvm.log`` / ``llvm.sin`` / ``llvm.cos``
@@ -32,6 +36,7 @@ from __future__ import annotations
 from llvmlite import ir
 from numba.core import types
 
+from ptnumba_codegen.flags import LIBM_BITS_KEPT_UNDER
 from ptnumba_codegen.lowering.base import Emitter, Typed, cast, numba_type
 from ptnumba_codegen.lowering.vecmath.exact_lanes import available as exact_available
 from ptnumba_codegen.lowering.vecmath.exact_lanes import exact_variant, lane_by_lane, vector_function
@@ -60,8 +65,9 @@ EXACT_ONLY = frozenset({"pow"})
 def lane_dtype(name: str, loop_types) -> str | None:
     """The float dtype a lane call of ``name`` runs in, or None (keep the stock emitter):
     one float dtype, a vector target (AVX2 / AVX-512). Callers use lane calls for strict
-    instructions only (no fast-math flags): an instruction the policy gives ``afn`` keeps
-    its flagged call, so the final IR shows the flags the policy set."""
+    instructions (no fast-math flags), and for instructions whose flags keep libm's bits
+    (`flags.LIBM_BITS_KEPT_UNDER`) where the lanes are exact vector code: any other flagged
+    instruction keeps its flagged call, so the final IR shows the flags the policy set."""
     dtypes = {str(ty) for ty in loop_types}
     if name not in LIBM or len(dtypes) != 1 or target_isa() is None:
         return None
@@ -190,7 +196,7 @@ def stock_formula(name: str, t: Typed) -> Emitter | None:
     inputs and output only (in float32 stock mixes in float64 literals and comparisons:
     its python formula stays)."""
     needs, formula = STOCK_FORMULAS[name]
-    if t.flags or len(t.outputs) != 1 or any(ty != types.float64 for ty in (*t.inputs, *t.outputs)):
+    if set(t.flags) - LIBM_BITS_KEPT_UNDER or len(t.outputs) != 1 or any(ty != types.float64 for ty in (*t.inputs, *t.outputs)):
         return None
     dtype = lane_dtype(needs[0], (*t.inputs, *t.outputs))
     if dtype is None:

@@ -304,19 +304,22 @@ def vector_form(
         scalar = scalar_rule(t)
         return dataclasses.replace(scalar, opaque_call=True) if by_name and scalar.stock_key is None else scalar
 
+    def on_lanes(t: Typed, lanes: Emitter) -> Emitter:
+        scalar = scalar_rule_of(t)
+        return dataclasses.replace(lanes, emit=_scalar_on_constants(lanes.emit, scalar), without_lanes=scalar)
+
     def plan(t: Typed) -> Emitter:
         # float inputs only, unless int_inputs: integer inputs keep stock's integer
         # semantics (e.g. -x wraps)
         loop_types = [*t.inputs, *t.outputs]
         if int_inputs:
             loop_types = [ty for ty in loop_types if not isinstance(ty, types.Integer)]
+        lanes = exact and exact(t)
+        if lanes and lanes.pays_alone:  # libm's bits as vector code: the element's value in every kernel
+            return on_lanes(t, lanes)
         dtype = vector_dtype(t, needs, loop_types, bound)
         if dtype is None or len(t.outputs) != 1:
-            lanes = exact and exact(t)
-            if not lanes:
-                return scalar_rule_of(t)
-            scalar = scalar_rule_of(t)
-            return dataclasses.replace(lanes, emit=_scalar_on_constants(lanes.emit, scalar), without_lanes=scalar)
+            return on_lanes(t, lanes) if lanes else scalar_rule_of(t)
         fty = numba_type(dtype)
 
         def emit(context, builder, args, flags):
